@@ -1,0 +1,58 @@
+"""`serve.device`: where a tensor lives, named like `torch.device` ("cpu", "cuda", "cuda:1")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class device:  # noqa: N801 - PyTorch's name
+    """A device type plus an optional index: `device("cpu")`, `device("cuda:0")`, `device("cuda", 1)`."""
+
+    __slots__ = ("index", "type")
+
+    def __init__(self, type: Any, index: int | None = None) -> None:  # noqa: A002 - PyTorch's argument name
+        if isinstance(type, device):
+            type, index = type.type, type.index if index is None else index
+        elif isinstance(type, int) and not isinstance(type, bool):
+            type, index = "cuda", type
+        elif not isinstance(type, str):
+            raise TypeError(f"device() expects a string like 'cpu' or 'cuda:0', got {type!r}")
+        if ":" in type:
+            type, _, idx = type.partition(":")
+            if index is not None or not idx.isdigit():
+                raise RuntimeError(f"Invalid device string: '{type}:{idx}'; expected 'cpu', 'cuda' or 'cuda:N'")
+            index = int(idx)
+        if type not in ("cpu", "cuda"):
+            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {type}")
+        if index is not None and index < 0:
+            raise RuntimeError(f"Device index must not be negative, got {index}")
+        self.type = type
+        self.index = index
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and self.type == other.type and self.index == other.index
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
+
+
+CPU = device("cpu")
+
+
+def as_device(value: Any) -> device:
+    """A `device` from a device, a string or a CUDA index; `device("cpu")` for None."""
+    if value is None:
+        return CPU
+    if isinstance(value, device):
+        return value
+    return device(value)

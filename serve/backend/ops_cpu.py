@@ -1,0 +1,350 @@
+"""The CPU backend: serve's primitive set implemented with numpy.
+
+Everything device-independent reaches arrays only through a backend module like this one, so the CUDA
+backend (CuPy) can provide the same names. Half-precision inputs are accumulated in float32 (sums,
+matrix products, softmax), as PyTorch does on CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+ndarray = np.ndarray
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+# ---- creation and conversion -----------------------------------------------------------------------
+asarray = np.asarray
+array = np.array
+empty = np.empty
+zeros = np.zeros
+ones = np.ones
+full = np.full
+eye = np.eye
+ascontiguousarray = np.ascontiguousarray
+shares_memory = np.shares_memory
+
+
+def to_numpy(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def from_numpy(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+def astype(a: np.ndarray, dt: np.dtype) -> np.ndarray:
+    return a.astype(dt)
+
+
+def arange(start: float, end: float, step: float, dt: np.dtype) -> np.ndarray:
+    # computed in float64 then cast, so float32 results match PyTorch's start + i * step
+    n = max(int(np.ceil((end - start) / step)), 0)
+    if dt.kind in "iub":
+        return (start + step * np.arange(n, dtype=np.int64)).astype(dt)
+    return (start + step * np.arange(n, dtype=np.float64)).astype(dt)
+
+
+def linspace(start: float, end: float, steps: int, dt: np.dtype) -> np.ndarray:
+    # PyTorch fills the first half from start and the second half from end, so both ends are exact
+    if steps == 1:
+        return np.full((1,), start, dtype=dt)
+    step = (end - start) / (steps - 1)
+    i = np.arange(steps, dtype=np.float64)
+    half = steps // 2
+    out = np.where(i < half, start + step * i, end - step * (steps - 1 - i))
+    return out.astype(dt)
+
+
+# ---- random ---------------------------------------------------------------------------------------
+def generator(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def uniform(gen: np.random.Generator, shape: tuple, dt: np.dtype, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    if dt == np.float32:
+        out = gen.random(shape, dtype=np.float32)
+        return out if (low, high) == (0.0, 1.0) else (out * np.float32(high - low) + np.float32(low))
+    return (gen.random(shape) * (high - low) + low).astype(dt)
+
+
+def normal(gen: np.random.Generator, shape: tuple, dt: np.dtype, mean: Any = 0.0, std: Any = 1.0) -> np.ndarray:
+    if dt == np.float32 and isinstance(mean, float) and isinstance(std, float):
+        out = gen.standard_normal(shape, dtype=np.float32)
+        return out if (mean, std) == (0.0, 1.0) else out * np.float32(std) + np.float32(mean)
+    return (gen.standard_normal(shape) * std + mean).astype(dt)
+
+
+def integers(gen: np.random.Generator, low: int, high: int, shape: tuple, dt: np.dtype) -> np.ndarray:
+    return gen.integers(low, high, size=shape, dtype=np.int64).astype(dt, copy=False)
+
+
+def permutation(gen: np.random.Generator, n: int, dt: np.dtype) -> np.ndarray:
+    return gen.permutation(n).astype(dt, copy=False)
+
+
+def bernoulli(gen: np.random.Generator, p: np.ndarray, dt: np.dtype) -> np.ndarray:
+    return (gen.random(p.shape) < p).astype(dt)
+
+
+# ---- elementwise ----------------------------------------------------------------------------------
+neg = np.negative
+abs = np.absolute  # noqa: A001
+exp = np.exp
+log = np.log
+log1p = np.log1p
+expm1 = np.expm1
+sqrt = np.sqrt
+sin = np.sin
+cos = np.cos
+tan = np.tan
+tanh = np.tanh
+sign = np.sign
+floor = np.floor
+ceil = np.ceil
+trunc = np.trunc
+round = np.round  # noqa: A001 - half to even, like PyTorch
+reciprocal = np.reciprocal
+isnan = np.isnan
+isinf = np.isinf
+isfinite = np.isfinite
+logical_not = np.logical_not
+bitwise_not = np.invert
+
+add = np.add
+sub = np.subtract
+mul = np.multiply
+div = np.true_divide
+floor_divide = np.floor_divide
+remainder = np.remainder
+power = np.power
+maximum = np.maximum
+minimum = np.minimum
+fmax = np.fmax
+eq = np.equal
+ne = np.not_equal
+lt = np.less
+le = np.less_equal
+gt = np.greater
+ge = np.greater_equal
+logical_and = np.logical_and
+logical_or = np.logical_or
+logical_xor = np.logical_xor
+bitwise_and = np.bitwise_and
+bitwise_or = np.bitwise_or
+bitwise_xor = np.bitwise_xor
+where = np.where
+clip = np.clip
+copyto = np.copyto
+array2string = np.array2string
+
+
+def rsqrt(a: np.ndarray) -> np.ndarray:
+    out = np.sqrt(a)
+    return np.divide(1, out, out=out) if isinstance(out, np.ndarray) else 1 / out
+
+
+def sigmoid(a: np.ndarray) -> np.ndarray:
+    # 1 / (1 + exp(-x)) overflows harmlessly to 0 for very negative x
+    with np.errstate(over="ignore"):
+        out = np.exp(-a)
+    out += 1
+    return np.reciprocal(out, out=out)
+
+
+def relu(a: np.ndarray) -> np.ndarray:
+    return np.maximum(a, 0, dtype=a.dtype)
+
+
+# Cephes erf/erfc rational approximations (public domain, S. Moshier), evaluated in float64.
+_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
+          7.00332514112805075473e3, 5.55923013010394962768e4)  # fmt: skip
+_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
+          2.26290000613890934246e4, 4.92673942608635921086e4)  # fmt: skip
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
+           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
+           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)  # fmt: skip
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
+           1.65666309194161350182e3, 5.57535340817727675546e2)  # fmt: skip
+_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
+           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)  # fmt: skip
+_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)  # fmt: skip
+
+
+def _polyval(coefs: tuple, x: np.ndarray) -> np.ndarray:
+    out = np.full_like(x, coefs[0])
+    for c in coefs[1:]:
+        out *= x
+        out += c
+    return out
+
+
+def erf(a: np.ndarray) -> np.ndarray:
+    x = np.asarray(a, dtype=np.float64)
+    ax = np.abs(x)
+    small = ax <= 1.0
+    out = np.empty_like(x)
+    xs = x[small]
+    z = xs * xs
+    out[small] = xs * _polyval(_ERF_T, z) / _polyval(_ERF_U, z)
+    big = ~small
+    xb = np.minimum(ax[big], 27.0)  # erfc underflows to 0 past ~26.6
+    mid = xb < 8.0
+    p = np.where(mid, _polyval(_ERFC_P, xb), _polyval(_ERFC_R, xb))
+    q = np.where(mid, _polyval(_ERFC_Q, xb), _polyval(_ERFC_S, xb))
+    erfc = np.exp(-xb * xb) * p / q
+    out[big] = np.copysign(1.0 - erfc, x[big])
+    out[np.isnan(x)] = np.nan
+    return out.astype(a.dtype, copy=False) if a.dtype.kind == "f" else out
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+def _acc(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32) if a.dtype in _HALF else a
+
+
+def sum(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:  # noqa: A001
+    if a.dtype in _HALF:
+        return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=np.float32).astype(dt))
+    return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=dt))
+
+
+def prod(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:
+    return np.asarray(np.prod(_acc(a), axis=axis, keepdims=keepdims).astype(dt))
+
+
+def amax(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    return np.asarray(np.max(a, axis=axis, keepdims=keepdims))
+
+
+def amin(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    return np.asarray(np.min(a, axis=axis, keepdims=keepdims))
+
+
+def argmax(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    return np.asarray(np.argmax(a, axis=axis, keepdims=keepdims))
+
+
+def argmin(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    return np.asarray(np.argmin(a, axis=axis, keepdims=keepdims))
+
+
+def any(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:  # noqa: A001
+    return np.asarray(np.any(a, axis=axis, keepdims=keepdims))
+
+
+def all(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:  # noqa: A001
+    return np.asarray(np.all(a, axis=axis, keepdims=keepdims))
+
+
+def cumsum(a: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
+    return np.cumsum(_acc(a), axis=axis).astype(dt, copy=False)
+
+
+def cumprod(a: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
+    return np.cumprod(_acc(a), axis=axis).astype(dt, copy=False)
+
+
+def softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    x = _acc(a)
+    out = x - x.max(axis=axis, keepdims=True)
+    np.exp(out, out=out)
+    out /= out.sum(axis=axis, keepdims=True)
+    return out.astype(a.dtype, copy=False)
+
+
+def log_softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    x = _acc(a)
+    out = x - x.max(axis=axis, keepdims=True)
+    out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
+    return out.astype(a.dtype, copy=False)
+
+
+# ---- matrix products ------------------------------------------------------------------------------
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype in _HALF:
+        return np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype))
+    return np.asarray(np.matmul(a, b))
+
+
+def einsum(subscripts: str, *operands: np.ndarray) -> np.ndarray:
+    dt = operands[0].dtype
+    if dt in _HALF:
+        operands = tuple(o.astype(np.float32) for o in operands)
+        return np.asarray(np.einsum(subscripts, *operands, optimize=True)).astype(dt)
+    return np.asarray(np.einsum(subscripts, *operands, optimize=len(operands) > 2))
+
+
+# ---- movement and indexing ------------------------------------------------------------------------
+reshape = np.reshape
+moveaxis = np.moveaxis
+transpose = np.transpose
+broadcast_to = np.broadcast_to
+concatenate = np.concatenate
+stack = np.stack
+flip = np.flip
+roll = np.roll
+tril = np.tril
+triu = np.triu
+take = np.take
+take_along_axis = np.take_along_axis
+nonzero = np.nonzero
+pad = np.pad
+
+
+def view(a: np.ndarray, shape: tuple) -> np.ndarray | None:
+    """`a` reshaped without copying, or None when its strides do not allow that."""
+    out = a.view()
+    try:
+        out.shape = shape
+    except AttributeError:
+        return None
+    return out
+
+
+def strides(a: np.ndarray) -> tuple[int, ...]:
+    """Strides in elements, as PyTorch reports them."""
+    return tuple(s // a.itemsize for s in a.strides) if a.itemsize else (0,) * a.ndim
+
+
+def is_contiguous(a: np.ndarray) -> bool:
+    return bool(a.flags.c_contiguous)
+
+
+def index_add(target: np.ndarray, index: Any, values: np.ndarray) -> None:
+    """target[index] += values, accumulating repeated indices (the backward of indexing)."""
+    np.add.at(target, index, values)
+
+
+def scatter_add(target: np.ndarray, axis: int, index: np.ndarray, src: np.ndarray) -> None:
+    """target[..., index[i], ...] += src[i] along `axis` (the backward of gather)."""
+    grid = list(np.indices(index.shape, sparse=True))
+    grid[axis] = index
+    np.add.at(target, tuple(grid), src)
+
+
+def sort(a: np.ndarray, axis: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Stable sort along `axis`; NaN sorts as the largest value, like PyTorch."""
+    if descending:
+        n = a.shape[axis]
+        idx = (n - 1) - np.flip(np.argsort(np.flip(a, axis), axis=axis, kind="stable"), axis)
+    else:
+        idx = np.argsort(a, axis=axis, kind="stable")
+    return np.take_along_axis(a, idx, axis), idx
+
+
+def topk(a: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    n = a.shape[axis]
+    if 0 < k < n // 4 and a.dtype.kind == "f" and not np.isnan(a).any():
+        part = np.argpartition(-a if largest else a, k - 1, axis=axis)
+        cand = np.take(part, np.arange(k), axis=axis)
+        vals = np.take_along_axis(a, cand, axis)
+        order = np.argsort(-vals if largest else vals, axis=axis, kind="stable")
+        idx = np.take_along_axis(cand, order, axis)
+        return np.take_along_axis(a, idx, axis), idx
+    vals, idx = sort(a, axis, largest)
+    return np.take(vals, np.arange(k), axis=axis), np.take(idx, np.arange(k), axis=axis)

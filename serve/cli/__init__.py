@@ -1,0 +1,1 @@
+"""The `serve` command line."""

@@ -1,0 +1,47 @@
+"""One exception tree for the serving stack, free of any protocol.
+
+Frontends map these to HTTP and gRPC status codes through one table; nothing here knows about either.
+The runtime stack (tensor, nn, serialization) raises Python's ValueError/TypeError/RuntimeError like
+PyTorch does, except CheckpointError, which a checkpoint loader raises when it refuses a file.
+"""
+
+
+class ServeError(Exception):
+    """Base of every error the serving stack raises on purpose."""
+
+
+class InvalidInput(ServeError):
+    """The request or the value a user passed is malformed."""
+
+
+class ModelNotFound(ServeError):
+    """No model (or no such version) is registered under that name."""
+
+
+class ModelNotReady(ServeError):
+    """The model is registered but has no live worker to answer."""
+
+
+class QueueFull(ServeError):
+    """The model's job queue is full; the client should retry later."""
+
+
+class RequestTimeout(ServeError):
+    """The request was not answered within its response timeout."""
+
+
+class ArchiveError(ServeError):
+    """A model archive is malformed or unsafe to extract."""
+
+
+class CheckpointError(ServeError):
+    """A checkpoint cannot be read, or holds something the safe loader refuses."""
+
+
+class PredictionException(ServeError):
+    """Raised by a handler to answer one request with a chosen status code."""
+
+    def __init__(self, message: str, code: int = 500) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

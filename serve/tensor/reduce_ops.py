@@ -1,0 +1,241 @@
+"""Reductions: sum, mean, var/std, prod, max/min (with and without dim), argmax/argmin, cumsum, norm, all/any.
+
+`dim` may be an int, a tuple/list of ints, or None (all dims), as in PyTorch. Integer and bool sums
+promote to int64; half-precision sums accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+from typing import Any
+
+from serve.tensor import dtypes, function as fn
+from serve.tensor.grad_mode import state
+from serve.tensor.tensor import Tensor, _make, wrap_dim
+
+_FLOAT = dtypes._FLOAT
+
+values_indices = namedtuple("values_indices", ["values", "indices"])
+
+
+def _axes(x: Tensor, dim: Any) -> tuple[int, ...] | None:
+    """Normalised reduction axes; None means all of them."""
+    if dim is None:
+        return None
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not dims:
+        return None
+    axes = tuple(wrap_dim(d, x.ndim) for d in dims)
+    if len(set(axes)) != len(axes):
+        raise RuntimeError(f"dim {axes} appears multiple times in the list of dims")
+    return axes if x.ndim else None
+
+
+def _reduced_count(x: Tensor, axes: tuple[int, ...] | None) -> int:
+    return x.numel() if axes is None else math.prod(x.shape[a] for a in axes)
+
+
+def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001
+    axes = _axes(input, dim)
+    if dtype is None:
+        dtype = input._dtype if input._dtype._category >= _FLOAT else dtypes.int64
+    if state.enabled and input._requires_grad:
+        return fn.Sum.apply(input, axis=axes, keepdim=keepdim, dtype=dtype)
+    return _make(input._ops.sum(input._data, axes, keepdim, dtype.np), dtype, input._device, input._ops)
+
+
+def nansum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return sum(input.masked_fill(input.isnan(), 0), dim, keepdim, dtype=dtype)
+
+
+def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    if dtype is not None:
+        input = input.to(dtype)
+    if input._dtype._category < _FLOAT:
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
+            f"Got: {input._dtype.name}"
+        )
+    axes = _axes(input, dim)
+    n = _reduced_count(input, axes)
+    if input._dtype in (dtypes.float16, dtypes.bfloat16):  # accumulate and divide in float32, round once
+        return (sum(input, axes, keepdim, dtype=dtypes.float32) / n).to(input._dtype)
+    return sum(input, axes, keepdim) / n if n else sum(input, axes, keepdim) * float("nan")
+
+
+def var(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+    """Variance over `dim`; `correction` (default 1, Bessel) or the older `unbiased` flag, like PyTorch."""
+    if isinstance(unbiased, bool) or dim is True or dim is False:
+        if isinstance(dim, bool):
+            unbiased, dim = dim, None
+        correction = 1 if unbiased else 0
+    if correction is None:
+        correction = 1
+    if input._dtype._category < _FLOAT:
+        raise RuntimeError(f"std and var only support floating point and complex dtypes, got {input._dtype.name}")
+    axes = _axes(input, dim)
+    n = _reduced_count(input, axes)
+    centered = input - mean(input, axes, keepdim=True)
+    return sum(centered * centered, axes, keepdim) / max(n - correction, 0)
+
+
+def std(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def var_mean(input: Tensor, dim: Any = None, *, correction: Any = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return var(input, dim, keepdim=keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+def std_mean(input: Tensor, dim: Any = None, *, correction: Any = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return std(input, dim, keepdim=keepdim, correction=correction), mean(input, dim, keepdim)
+
+
+def prod(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    if dtype is None:
+        dtype = input._dtype if input._dtype._category >= _FLOAT else dtypes.int64
+    x = input.to(dtype)
+    flat = dim is None
+    x, axis = (x.reshape(-1), 0) if flat else (x, wrap_dim(dim, x.ndim))
+    keep = keepdim and not flat
+    if state.enabled and x._requires_grad:
+        out = fn.Prod.apply(x, axis=axis, keepdim=keep)
+    else:
+        out = _make(x._ops.prod(x._data, axis, keep, dtype.np), dtype, x._device, x._ops)
+    return out.reshape((1,) * input.ndim) if flat and keepdim else out
+
+
+def _max_min(input: Tensor, dim: Any, keepdim: bool, other: Any, largest: bool) -> Any:
+    from serve.tensor.math_ops import maximum, minimum
+
+    name = "max" if largest else "min"
+    if isinstance(dim, Tensor):
+        other, dim = dim, None
+    if other is not None:
+        return maximum(input, other) if largest else minimum(input, other)
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError(
+                f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+                "with the 'dim' argument."
+            )
+        return amax(input, None, keepdim, largest=largest)
+    axis = wrap_dim(dim, input.ndim)
+    if input.ndim and input.shape[axis] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {axis} to have non-zero size.")
+    indices = argmax(input, axis, keepdim=True) if largest else argmin(input, axis, keepdim=True)
+    values = input.gather(axis, indices) if input.ndim else input.clone()
+    if not keepdim and input.ndim:
+        values, indices = values.squeeze(axis), indices.squeeze(axis)
+    return values_indices(values, indices)
+
+
+def max(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:  # noqa: A001
+    return _max_min(input, dim, keepdim, other, largest=True)
+
+
+def min(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:  # noqa: A001
+    return _max_min(input, dim, keepdim, other, largest=False)
+
+
+def amax(input: Tensor, dim: Any = None, keepdim: bool = False, *, largest: bool = True) -> Tensor:
+    axes = _axes(input, dim)
+    if state.enabled and input._requires_grad:
+        return fn.Amax.apply(input, axis=axes, keepdim=keepdim, largest=largest)
+    raw = (input._ops.amax if largest else input._ops.amin)(input._data, axes, keepdim)
+    return _make(raw, input._dtype, input._device, input._ops)
+
+
+def amin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return amax(input, dim, keepdim, largest=False)
+
+
+def _arg(input: Tensor, dim: Any, keepdim: bool, largest: bool) -> Tensor:
+    ops = input._ops
+    fn_ = ops.argmax if largest else ops.argmin
+    if input.numel() == 0 and (dim is None or input.shape[wrap_dim(dim, input.ndim)] == 0):
+        raise RuntimeError(f"{'argmax' if largest else 'argmin'}(): Expected reduction dim to be specified for input.numel() == 0.")  # fmt: skip
+    if dim is None:
+        raw = fn_(input._data.reshape(-1), 0, False)
+        if keepdim:
+            raw = raw.reshape((1,) * input.ndim)
+    else:
+        raw = fn_(input._data, wrap_dim(dim, input.ndim) if input.ndim else None, keepdim and input.ndim > 0)
+    return _make(raw.astype(dtypes.int64.np, copy=False), dtypes.int64, input._device, ops)
+
+
+def argmax(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _arg(input, dim, keepdim, True)
+
+
+def argmin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return _arg(input, dim, keepdim, False)
+
+
+def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    if dtype is None:
+        dtype = input._dtype if input._dtype._category >= _FLOAT else dtypes.int64
+    axis = wrap_dim(dim, input.ndim)
+    if input.ndim == 0:
+        return input.to(dtype).clone()
+    if state.enabled and input._requires_grad:
+        return fn.Cumsum.apply(input, axis=axis, dtype=dtype)
+    return _make(input._ops.cumsum(input._data, axis, dtype.np), dtype, input._device, input._ops)
+
+
+def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    return _make(input._ops.all(input._data, _axes(input, dim), keepdim), dtypes.bool, input._device, input._ops)
+
+
+def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+    return _make(input._ops.any(input._data, _axes(input, dim), keepdim), dtypes.bool, input._device, input._ops)
+
+
+def count_nonzero(input: Tensor, dim: Any = None) -> Tensor:
+    return sum(input != 0, dim)
+
+
+def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+    """Vector p-norm over `dim` (all elements by default); 'fro' is the 2-norm of the flattened dims."""
+    if dtype is not None:
+        input = input.to(dtype)
+    if input._dtype._category < _FLOAT:
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {input._dtype.name}")  # fmt: skip
+    if p in ("fro", 2, 2.0, None):
+        return fn.Norm2.apply(input, axis=_axes(input, dim), keepdim=keepdim)
+    a = input.abs()
+    if p == float("inf"):
+        return amax(a, dim, keepdim)
+    if p == float("-inf"):
+        return amin(a, dim, keepdim)
+    if p == 0:
+        return sum((a != 0).to(input._dtype), dim, keepdim)
+    if p == 1:
+        return sum(a, dim, keepdim)
+    if isinstance(p, str):
+        raise RuntimeError(f"norm: unsupported p={p!r}; use a number, inf, -inf or 'fro'")
+    return sum(a**p, dim, keepdim) ** (1.0 / p)
+
+
+def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    return _softmax(fn.Softmax, "softmax", input, dim, dtype)
+
+
+def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    return _softmax(fn.LogSoftmax, "log_softmax", input, dim, dtype)
+
+
+def _softmax(prim: type, name: str, x: Tensor, dim: Any, dtype: Any) -> Tensor:
+    if dim is None:
+        raise TypeError(f"{name}() missing required argument 'dim' (implicit dim selection is deprecated)")
+    if dtype is not None:
+        x = x.to(dtype)
+    if x._dtype._category < _FLOAT:
+        raise RuntimeError(f'"{name}_lastdim_kernel_impl" not implemented for \'{x._dtype.name}\': pass a floating tensor or dtype=')  # fmt: skip
+    axis = wrap_dim(dim, x.ndim) if x.ndim else None
+    if axis is None:
+        return (x * 0 + 1) if name == "softmax" else x * 0
+    if state.enabled and x._requires_grad:
+        return prim.apply(x, axis=axis)
+    return _make(getattr(x._ops, name)(x._data, axis), x._dtype, x._device, x._ops)
