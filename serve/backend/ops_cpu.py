@@ -14,6 +14,7 @@ import numpy as np
 
 ndarray = np.ndarray
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_HALF_NUMS = frozenset(d.num for d in _HALF)
 
 # ---- creation and conversion -----------------------------------------------------------------------
 asarray = np.asarray
@@ -149,7 +150,7 @@ def rsqrt(a: np.ndarray) -> np.ndarray:
 def sigmoid(a: np.ndarray) -> np.ndarray:
     # 1 / (1 + exp(-x)) overflows harmlessly to 0 for very negative x
     with np.errstate(over="ignore"):
-        out = np.exp(-a)
+        out = np.asarray(np.exp(-a))  # asarray: numpy gives a scalar, not an array, for a 0-d input
     out += 1
     return np.reciprocal(out, out=out)
 
@@ -199,16 +200,17 @@ def erf(a: np.ndarray) -> np.ndarray:
     erfc = np.exp(-xb * xb) * p / q
     out[big] = np.copysign(1.0 - erfc, x[big])
     out[np.isnan(x)] = np.nan
-    return out.astype(a.dtype, copy=False) if a.dtype.kind == "f" else out
+    # bfloat16's numpy kind is "V", not "f": test membership too, or it would come back as float64
+    return out.astype(a.dtype, copy=False) if a.dtype.kind == "f" or a.dtype in _HALF else out
 
 
 # ---- reductions -----------------------------------------------------------------------------------
 def _acc(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float32) if a.dtype in _HALF else a
+    return a.astype(np.float32) if a.dtype.num in _HALF_NUMS else a
 
 
 def sum(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:  # noqa: A001
-    if a.dtype in _HALF:
+    if a.dtype.num in _HALF_NUMS:
         return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=np.float32).astype(dt))
     return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=dt))
 
@@ -249,31 +251,37 @@ def cumprod(a: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
     return np.cumprod(_acc(a), axis=axis).astype(dt, copy=False)
 
 
+_max_reduce, _add_reduce = np.maximum.reduce, np.add.reduce
+
+
 def softmax(a: np.ndarray, axis: int) -> np.ndarray:
-    x = _acc(a)
-    out = x - x.max(axis=axis, keepdims=True)
+    if a.dtype.num in _HALF_NUMS:
+        return softmax(a.astype(np.float32), axis).astype(a.dtype)
+    # reductions called positionally: on small tensors numpy's keyword parsing costs as much as the math
+    out = np.subtract(a, _max_reduce(a, axis, None, None, True))
     np.exp(out, out=out)
-    out /= out.sum(axis=axis, keepdims=True)
-    return out.astype(a.dtype, copy=False)
+    out /= _add_reduce(out, axis, None, None, True)
+    return out
 
 
 def log_softmax(a: np.ndarray, axis: int) -> np.ndarray:
-    x = _acc(a)
-    out = x - x.max(axis=axis, keepdims=True)
-    out -= np.log(np.exp(out).sum(axis=axis, keepdims=True))
-    return out.astype(a.dtype, copy=False)
+    if a.dtype.num in _HALF_NUMS:
+        return log_softmax(a.astype(np.float32), axis).astype(a.dtype)
+    out = np.subtract(a, _max_reduce(a, axis, None, None, True))
+    out -= np.log(_add_reduce(np.exp(out), axis, None, None, True))
+    return out
 
 
 # ---- matrix products ------------------------------------------------------------------------------
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype in _HALF:
+    if a.dtype.num in _HALF_NUMS:
         return np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype))
     return np.asarray(np.matmul(a, b))
 
 
 def einsum(subscripts: str, *operands: np.ndarray) -> np.ndarray:
     dt = operands[0].dtype
-    if dt in _HALF:
+    if dt.num in _HALF_NUMS:
         operands = tuple(o.astype(np.float32) for o in operands)
         return np.asarray(np.einsum(subscripts, *operands, optimize=True)).astype(dt)
     return np.asarray(np.einsum(subscripts, *operands, optimize=len(operands) > 2))

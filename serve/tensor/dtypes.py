@@ -9,7 +9,6 @@ complex) is higher.
 from __future__ import annotations
 
 import builtins as _builtins
-import threading
 from typing import Any
 
 import ml_dtypes
@@ -92,8 +91,8 @@ def from_name(name: str) -> dtype:
     return _BY_NAME[name]
 
 
-class _DefaultDtype(threading.local):
-    value: dtype = float32
+class _DefaultDtype:
+    value: dtype = float32  # process-wide, like PyTorch's
 
 
 _default = _DefaultDtype()
@@ -107,6 +106,7 @@ def set_default_dtype(d: dtype) -> None:
     if not isinstance(d, dtype) or d not in (float16, bfloat16, float32, float64):
         raise TypeError(f"only floating-point types are supported as the default type, got {d!r}")
     _default.value = d
+    _scalar_results.clear()
 
 
 # ---- promotion -----------------------------------------------------------------------------------
@@ -157,6 +157,20 @@ def scalar_dtype(value: Any) -> dtype:
     if isinstance(value, (builtins_complex, np.complexfloating)):
         return complex128 if get_default_dtype() is float64 else complex64
     raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__}")
+
+
+_scalar_results: dict[tuple[dtype, type], dtype] = {}
+
+
+def scalar_result(dt: dtype, scalar: Any) -> dtype:
+    """The result dtype of a tensor of dtype `dt` with a Python scalar (cached: this is on the hot path)."""
+    key = (dt, type(scalar))
+    found = _scalar_results.get(key)
+    if found is None:
+        found = _combine(dt, scalar_dtype(scalar))
+        if type(scalar) in (builtins_bool, builtins_int, builtins_float, builtins_complex):
+            _scalar_results[key] = found
+    return found  # type: ignore[return-value]
 
 
 def _combine(higher: dtype | None, lower: dtype | None) -> dtype | None:

@@ -66,8 +66,12 @@ def getitem(self: Tensor, index: Any) -> Tensor:
     idx = convert_index(index, self._ops)
     if state.enabled and self._requires_grad:
         _checked(self, idx)
-        return fn.Index.apply(self, index=idx)
-    return _make(_checked(self, idx), self._dtype, self._device, self._ops)
+        out = fn.Index.apply(self, index=idx)
+    else:
+        out = _make(_checked(self, idx), self._dtype, self._device, self._ops)
+    if fn._is_basic(idx):
+        out._view = (self, idx)
+    return out
 
 
 def setitem(self: Tensor, index: Any, value: Any) -> None:
@@ -148,13 +152,14 @@ def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False)
                 f"{list(input.shape)} apart from dimension {d}"
             )
     size = input.shape[d] if input.ndim else 1
-    if index.numel() and (int(index.max()) >= size or int(index.min()) < -size):
+    # unlike indexing, gather takes no negative indices (PyTorch raises for them too)
+    if index.numel() and (int(index.max()) >= size or int(index.min()) < 0):
         bad = int(index.max()) if int(index.max()) >= size else int(index.min())
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size {size}")
     x = input
     if input.ndim and index.shape != input.shape:
         x = input[tuple(slice(None) if k == d else slice(0, index.shape[k]) for k in range(input.ndim))]
-    idx = index % size if index.numel() and int(index.min()) < 0 else index
+    idx = index
     if state.enabled and x._requires_grad:
         return fn.Gather.apply(x, idx, axis=d)
     return _make(x._ops.take_along_axis(x._data, idx._data, d), x._dtype, x._device, x._ops)
@@ -166,9 +171,12 @@ def take(input: Tensor, index: Tensor) -> Tensor:
 
 def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:
     parts = input._ops.nonzero(input._data if input.ndim else input._data.reshape(1))
-    if as_tuple:
+    if as_tuple:  # a 0-d input answers like a 1-element 1-D one, as in PyTorch
         return tuple(_make(p.astype("int64"), dtypes.int64, input._device, input._ops) for p in parts)
-    stacked = input._ops.stack(parts, axis=1) if parts else input._ops.zeros((0, 0), "int64")
+    if not input.ndim:  # PyTorch: one (n, 0) row per nonzero element of a 0-d tensor
+        stacked = input._ops.zeros((len(parts[0]), 0), "int64")
+    else:
+        stacked = input._ops.stack(parts, axis=1)
     return _make(stacked.astype("int64"), dtypes.int64, input._device, input._ops)
 
 

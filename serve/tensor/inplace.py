@@ -17,19 +17,54 @@ from serve.tensor.tensor import Tensor, _make
 
 
 def check_inplace(self: Tensor) -> None:
-    if state.enabled and self._requires_grad and self._grad_fn is None:
+    """Raise, as PyTorch does, for an in-place change of a leaf that requires grad (or of a view of one)."""
+    if not state.enabled:
+        return
+    if self._requires_grad and self._grad_fn is None:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    view = getattr(self, "_view", None)
+    while view is not None:
+        base = view[0]
+        if base._requires_grad and base._grad_fn is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
+        view = getattr(base, "_view", None)
+
+
+def _shadow(self: Tensor, copy: bool) -> Tensor:
+    """A tensor standing for self's current value and graph position (its data copied when `copy`)."""
+    out = _make(self._data.copy() if copy else self._data, self._dtype, self._device, self._ops)
+    if self._requires_grad:
+        out._grad_fn, out._output_nr, out._requires_grad = self._grad_fn, self._output_nr, True
+    return out
+
+
+def _record(self: Tensor, shadow: Tensor, result: Tensor) -> None:
+    """After self's storage took `result`'s values, make self's graph say so (and its bases' graphs)."""
+    from serve.tensor.function import Clone, IndexPut, Where
+
+    if not (state.enabled and (self._requires_grad or result._requires_grad)):
+        return
+    if not result._requires_grad:
+        # the old value is overwritten by a constant: keep self in the graph, passing zero gradient back
+        never = _make(self._ops.asarray(False), dtypes.bool, self._device, self._ops)
+        result = Where.apply(never, shadow, result)
+    elif result._grad_fn is None:  # result is a leaf: hang a node between so self stays a non-leaf
+        result = Clone.apply(result)
+    self._grad_fn, self._output_nr, self._requires_grad = result._grad_fn, result._output_nr, True
+    # self may be `base[index]`: base's value changed too, record it as base with base[index] = self
+    view, info = self, getattr(self, "_view", None)
+    while info is not None:
+        base, index = info
+        out = IndexPut.apply(_shadow(base, copy=False), view, index=index)
+        base._grad_fn, base._output_nr, base._requires_grad = out._grad_fn, out._output_nr, True
+        view, info = base, getattr(base, "_view", None)
 
 
 def assign(self: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     """Replace self's value by `compute(old value)`, in place, keeping autograd right."""
     check_inplace(self)
     recording = state.enabled
-    if recording and self._requires_grad:
-        shadow = _make(self._data.copy(), self._dtype, self._device, self._ops)
-        shadow._grad_fn, shadow._output_nr, shadow._requires_grad = self._grad_fn, self._output_nr, True
-    else:
-        shadow = self.detach()
+    shadow = _shadow(self, copy=True) if recording and self._requires_grad else self.detach()
     result = compute(shadow)
     if not dtypes.can_cast(result._dtype, self._dtype):
         raise RuntimeError(f"result type {_name(result._dtype)} can't be cast to the desired output type {_name(self._dtype)}")  # fmt: skip
@@ -42,12 +77,7 @@ def assign(self: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     if result._dtype is not self._dtype:
         result = result.to(self._dtype)
     self._ops.copyto(self._data, result._data)
-    if recording and result._requires_grad:
-        if result._grad_fn is None:  # result is a leaf: hang a node between so self stays a non-leaf
-            from serve.tensor.function import Clone
-
-            result = Clone.apply(result)
-        self._grad_fn, self._output_nr, self._requires_grad = result._grad_fn, result._output_nr, True
+    _record(self, shadow, result)
     return self
 
 
@@ -73,25 +103,23 @@ def inplace_version(op: Callable[..., Tensor]) -> Callable[..., Tensor]:
 def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
-    src = src.to(self._device)
-    if src._dtype is not self._dtype:
-        src = src.to(self._dtype)
-
-    def compute(old: Tensor) -> Tensor:
-        return src.expand(self.shape) if src.shape != self.shape else src
-
     check_inplace(self)
+    src = src.to(self._device)
+    if src._dtype is not self._dtype:  # copy_ may turn a float into an int or a bool, unlike arithmetic
+        src = src.to(self._dtype)
+    if src.shape != self.shape:
+        try:
+            src = src.expand(self.shape)
+        except RuntimeError:
+            raise RuntimeError(
+                f"The size of tensor a ({list(self.shape)}) must match the size of tensor b ({list(src.shape)})"
+            ) from None
     if not (state.enabled and (self._requires_grad or src._requires_grad)):
         self._ops.copyto(self._data, src._data)
         return self
-    # copy_ may turn a float into an int or a bool, unlike arithmetic: skip assign's cast check
-    result = compute(self)
-    self._ops.copyto(self._data, result._data)
-    if src._requires_grad:
-        from serve.tensor.function import Clone
-
-        node_out = Clone.apply(result)
-        self._grad_fn, self._output_nr, self._requires_grad = node_out._grad_fn, node_out._output_nr, True
+    shadow = _shadow(self, copy=False)  # the old value is not needed: its gradient is zero
+    self._ops.copyto(self._data, src._data)
+    _record(self, shadow, src)
     return self
 
 
@@ -102,6 +130,8 @@ def fill_(self: Tensor, value: Any) -> Tensor:
             raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")  # fmt: skip
         value = value.item()
     self._data[...] = value
+    if state.enabled and self._requires_grad:
+        _record(self, _shadow(self, copy=False), self.detach())
     return self
 
 

@@ -65,34 +65,56 @@ def _as_operand(x: Any, dt: dtype, like: Tensor) -> Tensor:
     return _make(like._ops.asarray(x, dtype=dt.np), dt, like._device, like._ops)
 
 
+_scalar_result = dtypes.scalar_result
+
+
 def binary(prim: type, name: str, a: Any, b: Any, dt: dtype | None = None) -> Tensor:
     """Apply the broadcasting primitive `prim` (backend function `name`) in dtype `dt` (default: promoted)."""
-    ta = a if isinstance(a, Tensor) else b
-    if dt is None:
-        if isinstance(a, Tensor) and isinstance(b, Tensor) and a._dtype is b._dtype:
-            dt = a._dtype
+    if isinstance(a, Tensor):
+        ta = a
+        if isinstance(b, Tensor):
+            if dt is None:
+                dt = a._dtype if a._dtype is b._dtype else _result_dtype(a, b)
+            if a._device is not b._device:
+                _check_devices(a, b)
+            grad = a._requires_grad or b._requires_grad
         else:
-            dt = _result_dtype(a, b)
-    if isinstance(a, Tensor) and isinstance(b, Tensor):
-        _check_devices(a, b)
-    if state.enabled and (getattr(a, "_requires_grad", False) or getattr(b, "_requires_grad", False)):
+            if dt is None:
+                dt = _scalar_result(a._dtype, b)
+            grad = a._requires_grad
+    else:
+        ta = b
+        if dt is None:
+            dt = _scalar_result(b._dtype, a)
+        grad = b._requires_grad
+    if grad and state.enabled:
         ea, eb = _as_operand(a, dt, ta), _as_operand(b, dt, ta)
-        _ = broadcast_shapes(ea._data.shape, eb._data.shape)
+        broadcast_shapes(ea._data.shape, eb._data.shape)
         return prim.apply(ea, eb)
     ops = ta._ops
     ad = a._data if isinstance(a, Tensor) and a._dtype is dt else _raw(a, dt, ops)
     bd = b._data if isinstance(b, Tensor) and b._dtype is dt else _raw(b, dt, ops)
     try:
         out = getattr(ops, name)(ad, bd)
+    except OverflowError:  # a Python int outside a small integer dtype wraps around, as in PyTorch
+        out = getattr(ops, name)(_wrapped(ad, dt, ops), _wrapped(bd, dt, ops))
     except ValueError:
         broadcast_shapes(a.shape if isinstance(a, Tensor) else (), b.shape if isinstance(b, Tensor) else ())
         raise
-    if out.dtype != dt.np:
-        out = out.astype(dt.np)
+    npdt = dt.np
+    if out.dtype is not npdt and out.dtype != npdt:
+        out = out.astype(npdt)
     return _make(out, dt, ta._device, ops)
 
 
+def _wrapped(v: Any, dt: dtype, ops: Any) -> Any:
+    return ops.asarray(v).astype(dt.np) if isinstance(v, int) else v
+
+
 def _raw(x: Any, dt: dtype, ops: Any) -> Any:
+    t = type(x)
+    if t is float or t is int:
+        return x if dt.np.kind != "b" else bool(x)
     if isinstance(x, Tensor):
         data = x._data if x._ops is ops else ops.from_numpy(x._ops.to_numpy(x._data))
         return ops.astype(data, dt.np)
@@ -117,6 +139,11 @@ def sub(input: Any, other: Any, *, alpha: Any = 1) -> Tensor:
         raise RuntimeError(
             "Subtraction, the `-` operator, with two bool tensors is not supported. "
             "Use the `^` or `logical_xor()` operator instead."
+        )
+    if _is_bool(input) or _is_bool(other):  # PyTorch refuses a bool on either side, Python's True included
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
         )
     if alpha != 1:
         other = mul(other, alpha)
@@ -290,7 +317,9 @@ def isclose(input: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-
     a, b = input.detach(), other.detach()
     if not a.is_floating_point():
         a, b = a.double(), b.double()
-    close = (a - b).abs() <= atol + rtol * b.abs()
+    diff = (a - b).abs()
+    # an infinite difference is never within tolerance (else -inf would be close to inf); equal infs are, via ==
+    close = (diff <= atol + rtol * b.abs()).logical_and(diff.isfinite())
     close = close.logical_or(a == b)
     if equal_nan:
         close = close.logical_or(a.isnan().logical_and(b.isnan()))
@@ -421,14 +450,13 @@ clip = clamp
 
 
 def _clamp_side(x: Tensor, bound: Any, prim: type, name: str) -> Tensor:
-    if isinstance(bound, Tensor):
-        return binary(prim, name, x, bound)
-    dt = _result_dtype(x, bound)
-    if state.enabled and x._requires_grad:
-        # gradient passes where x is inside the bound (PyTorch gives it to x on ties too)
-        keep = (x >= bound) if name == "maximum" else (x <= bound)
-        return where(keep, x.to(dt), _make(x._ops.asarray(bound, dtype=dt.np), dt, x._device, x._ops))
-    return binary(prim, name, x, bound, dt)
+    recording = state.enabled and (x._requires_grad or getattr(bound, "_requires_grad", False))
+    if not recording:
+        return binary(prim, name, x, bound, _result_dtype(x, bound))
+    # PyTorch's clamp gradient goes to x where x is inside the bound or on it, to the bound elsewhere (not split
+    # on ties like maximum/minimum); NaN in x stays NaN
+    keep = (x >= bound) if name == "maximum" else (x <= bound)
+    return where(keep.logical_or(x.isnan()), x, bound)
 
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:

@@ -227,15 +227,19 @@ def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
 
 
 def _softmax(prim: type, name: str, x: Tensor, dim: Any, dtype: Any) -> Tensor:
-    if dim is None:
-        raise TypeError(f"{name}() missing required argument 'dim' (implicit dim selection is deprecated)")
     if dtype is not None:
         x = x.to(dtype)
     if x._dtype._category < _FLOAT:
         raise RuntimeError(f'"{name}_lastdim_kernel_impl" not implemented for \'{x._dtype.name}\': pass a floating tensor or dtype=')  # fmt: skip
-    axis = wrap_dim(dim, x.ndim) if x.ndim else None
-    if axis is None:
-        return (x * 0 + 1) if name == "softmax" else x * 0
-    if state.enabled and x._requires_grad:
+    ndim = x._data.ndim
+    if type(dim) is not int or not -ndim <= dim < ndim:
+        if dim is None:
+            raise TypeError(f"{name}() missing required argument 'dim' (implicit dim selection is deprecated)")
+        if ndim == 0:
+            wrap_dim(dim, 0)
+            return (x * 0 + 1) if name == "softmax" else x * 0
+        dim = wrap_dim(dim, ndim)
+    axis = dim + ndim if dim < 0 else dim
+    if x._requires_grad and state.enabled:
         return prim.apply(x, axis=axis)
     return _make(getattr(x._ops, name)(x._data, axis), x._dtype, x._device, x._ops)

@@ -50,14 +50,16 @@ def _movement(prim: type, x: Tensor, raw: Any, **kw: Any) -> Tensor:
 
 
 def reshape(input: Tensor, *shape: Any) -> Tensor:
-    shape_t = infer_shape(_sizes(shape), input._data.size)
-    if state.enabled and input._requires_grad:
-        return fn.Reshape.apply(input, shape=shape_t)
-    ops = input._ops
-    if shape_t == input._data.shape:
-        return _make(input._data, input._dtype, input._device, ops)
-    out = ops.view(input._data, shape_t)
-    return _make(ops.reshape(input._data, shape_t) if out is None else out, input._dtype, input._device, ops)
+    """A view when the strides allow it, else a copy (PyTorch's reshape)."""
+    if input._requires_grad and state.enabled:
+        return fn.Reshape.apply(input, shape=infer_shape(_sizes(shape), input._data.size))
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    try:  # numpy's reshape has PyTorch's semantics (view if possible, -1 inferred); its errors are reworded below
+        out = input._data.reshape(shape)
+    except (ValueError, TypeError):
+        out = input._data.reshape(infer_shape(_sizes(shape), input._data.size))
+    return _make(out, input._dtype, input._device, input._ops)
 
 
 def view(input: Tensor, *shape: Any) -> Tensor:
@@ -319,7 +321,9 @@ def chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     size = input.shape[wrap_dim(dim, input.ndim)]
-    return split(input, max(-(-size // chunks), 1), dim)
+    if size == 0:  # PyTorch gives `chunks` empty pieces rather than one
+        return split(input, [0] * chunks, dim)
+    return split(input, -(-size // chunks), dim)
 
 
 def tensor_split(input: Tensor, sections: int, dim: int = 0) -> tuple[Tensor, ...]:

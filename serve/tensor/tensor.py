@@ -63,8 +63,10 @@ def wrap_cpu(data: Any, dt: dtype | None = None) -> Tensor:
 class Tensor:
     """A multi-dimensional array with PyTorch's interface. Build one with `serve.tensor(...)` and friends."""
 
+    # `_view` (unset on most tensors): (base, index) when this tensor is `base[index]` with a basic index, so
+    # that an in-place change of the view can be recorded on the base's graph too (PyTorch's CopySlices)
     __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_grad", "_grad_fn", "_ops", "_output_nr",
-                 "_requires_grad")  # fmt: skip
+                 "_requires_grad", "_view")  # fmt: skip
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Tensor:
         # `Tensor(data)` builds a float tensor and `Tensor(2, 3)` an uninitialised one, like torch.Tensor
@@ -78,7 +80,8 @@ class Tensor:
             return src
         t = _new(cls)
         for slot in Tensor.__slots__[1:]:
-            setattr(t, slot, getattr(src, slot))
+            if hasattr(src, slot):
+                setattr(t, slot, getattr(src, slot))
         return t
 
     # -- what a tensor is ----------------------------------------------------------------------------
@@ -391,7 +394,8 @@ class Tensor:
             inner = new
             new = _new(type(self))
             for slot in Tensor.__slots__[1:]:
-                setattr(new, slot, getattr(inner, slot))
+                if hasattr(inner, slot):
+                    setattr(new, slot, getattr(inner, slot))
             for k, v in getattr(self, "__dict__", {}).items():
                 new.__dict__[k] = _copy.deepcopy(v, memo)
         new._requires_grad = self._requires_grad
