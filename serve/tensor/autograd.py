@@ -80,7 +80,7 @@ class Node:
             raise RuntimeError(_FREED)
         from serve.tensor.tensor import _make
 
-        shape, dtype, device, ops = self._out_meta[0]
+        _, dtype, device, ops = self._out_meta[0]
         t = _make(self._out_data, dtype, device, ops)
         t._grad_fn, t._requires_grad = self, True
         return t
@@ -141,7 +141,10 @@ class Function:
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
-        raise NotImplementedError("You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD.")  # fmt: skip
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom autograd.Function to use it "
+            "with backward mode AD."
+        )
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> Any:
@@ -164,16 +167,56 @@ class Function:
         single = not isinstance(out, tuple)
         outs = (out,) if single else out
         wrapped = []
+        by_id: dict[int, Tensor] = {}
         for o in outs:
             if isinstance(o, Tensor):
-                w = _make(o._data, o._dtype, o._device, o._ops)
+                w = by_id[id(o)] = _make(o._data, o._dtype, o._device, o._ops)
                 if id(o) in ctx._non_differentiable:
                     ctx._non_differentiable.add(id(w))
                 wrapped.append(w)
             else:
                 wrapped.append(o)
         attach(ctx, [w for w in wrapped if isinstance(w, Tensor)], args)
+        if by_id and ctx._saved:
+            # an output saved for backward is saved as the returned tensor, attached to the graph, so a
+            # backward formula using it can itself be differentiated (create_graph)
+            ctx._saved = tuple(by_id.get(id(t), t) if isinstance(t, Tensor) else t for t in ctx._saved)
         return wrapped[0] if single else tuple(wrapped)
+
+
+class _DelayedError(Function):
+    """The grad_fn of a once-differentiable backward's outputs under create_graph: differentiating fails."""
+
+    _node_name = "Error"
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")
+
+
+def once_differentiable(fn: Any) -> Any:
+    """PyTorch's `@once_differentiable` for a Function's backward: it runs under no_grad, and with
+    create_graph its results are marked so that differentiating them again raises."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(ctx: Any, *args: Any) -> Any:
+        from serve.tensor.tensor import Tensor
+
+        with set_grad_enabled(False):
+            outputs = fn(ctx, *args)
+        if not state.enabled or not any(isinstance(a, Tensor) and a._requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        # as PyTorch does: each output becomes the alias of a fresh leaf that requires grad, behind the error node
+        fakes = [o.detach().requires_grad_() if isinstance(o, Tensor) and o.is_floating_point() else o for o in outs]
+        node = Node(_DelayedError)
+        wrapped = [o.detach() if isinstance(o, Tensor) else o for o in fakes]
+        attach(node, [w for w in wrapped if isinstance(w, Tensor)], [f for f in fakes if isinstance(f, Tensor)])
+        return wrapped[0] if single else tuple(wrapped)
+
+    return wrapper
 
 
 # ---- the engine -------------------------------------------------------------------------------------
@@ -274,36 +317,66 @@ def run_backward(
             deliver(edge, g)
             if isinstance(edge, tuple):
                 root_nodes.append(edge[0])
-        for node in _topological_order(root_nodes):
+        order = _topological_order(root_nodes)
+        needed = _needed(order, wanted_leaf, wanted_edge) if inputs is not None else None
+        for node in order:
             slots = grads.pop(id(node), None)
             if slots is None:
                 continue
+            if needed is not None and id(node) not in needed:
+                _collect(node, slots, wanted_edge, results)  # a wanted non-leaf with nothing wanted below it
+                continue
             _run_node(node, slots, deliver, wanted_edge, results, retain_graph)
+    if accumulate and inputs is not None:  # backward(inputs=[non-leaf]) fills the non-leaf's .grad
+        for t in inputs:
+            k = wanted_edge.get((id(t._grad_fn), t._output_nr)) if t._grad_fn is not None else None
+            if k is not None and results[k] is not None:
+                _accumulate_leaf(t, results[k], create_graph)
     return results
 
 
-def _run_node(node: Node, slots: list[Any], deliver: Any, wanted_edge: dict, results: list, retain: bool) -> None:
-    if node._released:
-        raise RuntimeError(_FREED)
+def _needed(order: list[Node], wanted_leaf: dict, wanted_edge: dict) -> set[int]:
+    """The ids of the nodes of `order` that lead to a wanted input: only those run (and are freed), as in PyTorch."""
+    needed: set[int] = set()
+    for node in reversed(order):  # producers before consumers
+        for e in node._next:
+            if isinstance(e, tuple):
+                if id(e[0]) in needed or (id(e[0]), e[1]) in wanted_edge:
+                    needed.add(id(node))
+                    break
+            elif e is not None and id(e) in wanted_leaf:
+                needed.add(id(node))
+                break
+    return needed
+
+
+def _collect(node: Node, slots: list[Any], wanted_edge: dict, results: list) -> None:
+    """Record the gradients reaching `node`'s outputs that are among the wanted inputs."""
     for nr, g in enumerate(slots):
         k = wanted_edge.get((id(node), nr))
         if k is not None and g is not None:
             results[k] = g
+
+
+def _run_node(node: Node, slots: list[Any], deliver: Any, wanted_edge: dict, results: list, retain: bool) -> None:
+    # a node already run without retain_graph fails only if its backward reads what it saved, as in PyTorch
+    _collect(node, slots, wanted_edge, results)
+    for nr, g in enumerate(slots):
         if node._retained and nr in node._retained:
             t = node._retained[nr]()
             if t is not None and g is not None:
-                t._grad = g.detach() if t._grad is None else t._grad + g.detach()
+                g = g if state.enabled else g.detach()  # under create_graph the retained grad is differentiable
+                t._grad = g if t._grad is None else t._grad + g
     if node.materialize_grads:
         slots = [g if g is not None else _zeros_for(node._out_meta[i]) for i, g in enumerate(slots)]
     input_grads = node._fn.backward(node, *slots)
     if not isinstance(input_grads, tuple):
         input_grads = (input_grads,)
     n_in = len(node._next)
-    if len(input_grads) != n_in and not (
-        len(input_grads) > n_in and all(g is None for g in input_grads[n_in:])
-    ):
+    if len(input_grads) != n_in and not (len(input_grads) > n_in and all(g is None for g in input_grads[n_in:])):
         raise RuntimeError(
-            f"function {node.name()} returned an incorrect number of gradients (expected {n_in}, got {len(input_grads)})"
+            f"function {node.name()} returned an incorrect number of gradients "
+            f"(expected {n_in}, got {len(input_grads)})"
         )
     inputs = node._inputs
     metas = [getattr(t, "_dtype", None) for t in inputs] if inputs else None
@@ -369,7 +442,7 @@ def grad(
                 results[i] = zeros_like(inputs[i])
             elif not (allow_unused or materialize_grads):
                 raise RuntimeError(
-                    "One of the differentiated Tensors appears to not have been used in the graph. "
+                    f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                     "Set allow_unused=True if this is the desired behavior."
                 )
     return tuple(results)
@@ -387,19 +460,20 @@ def _grad_outputs(outputs: list[Tensor], given: Any) -> list[Tensor]:
     if len(given) != len(outputs):
         raise RuntimeError(f"grad_tensors has {len(given)} entries but there are {len(outputs)} outputs")
     out = []
-    for t, g in zip(outputs, given):
+    for i, (t, g) in enumerate(zip(outputs, given)):
         if not t._requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             g = ones_like(t)
         elif g.shape != t.shape:
             raise RuntimeError(
-                f"Mismatch in shape: grad_output[0] has a shape of {g.shape} and output[0] has a shape of {t.shape}."
+                f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape of "
+                f"{t.shape}."
             )
         out.append(g)
     return out
 
 
-__all__ = ["Function", "Node", "backward", "grad", "grad_mode"]
+__all__ = ["Function", "Node", "backward", "grad", "grad_mode", "once_differentiable"]

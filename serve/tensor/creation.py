@@ -79,7 +79,9 @@ def _host_array(data: Any, dt: Dtype | None) -> tuple[Any, Dtype]:
     try:
         arr = host.array(data, dtype=dt.np)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"could not build a tensor from {type(data).__name__}: {e} (nested lists must be rectangular)") from None
+        raise ValueError(
+            f"could not build a tensor from {type(data).__name__}: {e} (nested lists must be rectangular)"
+        ) from None
     if arr.dtype == object:
         raise TypeError(f"Could not infer dtype of {type(data).__name__}")
     return arr, dt
@@ -143,11 +145,13 @@ def _filled(fill: str, size: Sequence[Any], dtype: Dtype | None, device: Any, re
     return t.requires_grad_(True) if requires_grad else t
 
 
-def zeros(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False, out: Any = None) -> Tensor:  # fmt: skip
+def zeros(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False,
+          out: Any = None) -> Tensor:  # fmt: skip
     return _filled("zeros", size, dtype, device, requires_grad)
 
 
-def ones(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False, out: Any = None) -> Tensor:  # fmt: skip
+def ones(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False,
+         out: Any = None) -> Tensor:  # fmt: skip
     return _filled("ones", size, dtype, device, requires_grad)
 
 
@@ -234,7 +238,8 @@ def new_tensor(self: Tensor, data: Any, *, dtype: Dtype | None = None, device: A
 
 
 def _new(fill: str) -> Any:
-    def new(self: Tensor, *size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
+    def new(self: Tensor, *size: Any, dtype: Dtype | None = None, device: Any = None,
+            requires_grad: bool = False) -> Tensor:  # fmt: skip
         return _filled(fill, size, dtype or self._dtype, device or self._device, requires_grad)
 
     new.__name__ = f"new_{fill}"

@@ -52,6 +52,13 @@ def unbroadcast(g: Tensor, shape: tuple[int, ...]) -> Tensor:
 
 # ---- casts and copies --------------------------------------------------------------------------------
 class Cast(Primitive):
+    @classmethod
+    def apply(cls, x: Tensor, dtype: Any) -> Tensor:  # type: ignore[override]
+        # a cast to an integer or bool dtype is not differentiable: PyTorch's result does not require grad
+        if not (dtype.is_floating_point or dtype.is_complex):
+            return _make(x._ops.astype(x._data, dtype.np), dtype, x._device, x._ops)
+        return super().apply(x, dtype=dtype)
+
     @staticmethod
     def forward(ctx, ops, a, dtype):
         return ops.astype(a, dtype.np)
@@ -400,12 +407,28 @@ class Prod(Primitive):
     @staticmethod
     def backward(ctx, g):
         x = ctx.inputs[0]
-        others = _make(_product_of_others(x._ops, x._data, ctx.axis), x._dtype, x._device, x._ops)
+        if state.enabled:  # create_graph: the product of the others must itself be differentiable
+            others = _differentiable_product_of_others(x, ctx.axis)
+        else:
+            others = _make(_product_of_others(x._ops, x._data, ctx.axis), x._dtype, x._device, x._ops)
         return (g if ctx.keepdim else g.unsqueeze(ctx.axis)) * others
+
+
+def _differentiable_product_of_others(x: Tensor, axis: int) -> Tensor:
+    """The product of the other elements along `axis`, recorded on the graph (exact with zeros)."""
+    if not (x._data == 0).any():
+        return x.prod(axis, keepdim=True) / x
+    from serve.tensor.shape_ops import cat
+
+    n = x.shape[axis]
+    parts = [cat([x.narrow(axis, 0, i), x.narrow(axis, i + 1, n - i - 1)], axis) for i in range(n)]
+    return cat([p.prod(axis, keepdim=True) for p in parts], axis)
 
 
 def _product_of_others(ops, a, axis):
     """For each element, the product of the other elements along `axis` (exact with zeros)."""
+    if a.shape[axis] == 0:  # nothing to multiply; the concatenation below would add a slot
+        return ops.zeros(a.shape, a.dtype)
     moved = ops.moveaxis(a, axis, -1)
     ones = ops.ones(moved.shape[:-1] + (1,), a.dtype)
     left = ops.concatenate([ones, ops.cumprod(moved[..., :-1], -1, a.dtype)], -1)
@@ -480,6 +503,8 @@ class Matmul(Primitive):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.inputs
+        if a.ndim == 1 and b.ndim == 1:  # a dot product: g is 0-d
+            return (g * b if ctx.needs_input_grad[0] else None), (g * a if ctx.needs_input_grad[1] else None)
         a2 = a.unsqueeze(0) if a.ndim == 1 else a
         b2 = b.unsqueeze(-1) if b.ndim == 1 else b
         g2 = g
@@ -659,7 +684,7 @@ class IndexBackward(Primitive):
 
     @staticmethod
     def backward(ctx, gg):
-        return gg[ctx.index]
+        return Index.apply(gg, index=ctx.index)  # the index is already in backend form
 
 
 def _is_basic(index: Any) -> bool:
@@ -678,7 +703,7 @@ class IndexPut(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        x, v = ctx.inputs
+        v = ctx.inputs[1]
         gx = IndexPut.apply(g, g.new_zeros(()), index=ctx.index) if ctx.needs_input_grad[0] else None
         gv = unbroadcast(Index.apply(g, index=ctx.index), v.shape) if ctx.needs_input_grad[1] else None
         return gx, gv
@@ -706,7 +731,7 @@ class ScatterAdd(Primitive):
 
     @staticmethod
     def backward(ctx, gg):
-        src, index = ctx.inputs
+        index = ctx.inputs[1]
         return Gather.apply(gg, index, axis=ctx.axis), None
 
 

@@ -73,7 +73,7 @@ def _with_mode(func: F, mode: bool) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class set_grad_enabled:  # noqa: N801 - PyTorch's name
+class set_grad_enabled:
     """Sets grad mode now; as a context manager, restores the previous mode on exit; as a decorator,
     restores it at once and applies the mode to each call instead."""
 
@@ -119,19 +119,19 @@ class _GradModeContext:
         return _with_mode(func, self.mode)
 
 
-class no_grad(_GradModeContext):  # noqa: N801
+class no_grad(_GradModeContext):
     """Context manager and decorator: operations inside record no graph."""
 
     mode = False
 
 
-class enable_grad(_GradModeContext):  # noqa: N801
+class enable_grad(_GradModeContext):
     """Context manager and decorator: re-enables recording inside a `no_grad` block."""
 
     mode = True
 
 
-class inference_mode(_GradModeContext):  # noqa: N801
+class inference_mode(_GradModeContext):
     """PyTorch's `inference_mode`: here the same as `no_grad` (no graph, no overhead).
 
     `inference_mode(False)` turns grad mode on, as PyTorch's does.

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve.tensor import dtypes, function as fn
+from serve.tensor import dtypes
+from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.inplace import assign, check_inplace
 from serve.tensor.tensor import Tensor, _make, wrap_dim
@@ -127,7 +128,8 @@ def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         if value.ndim:
             raise RuntimeError(
-                f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.ndim} dimension(s)."
+                "masked_fill_ only supports a 0-dimensional value tensor, "
+                f"but got tensor with {value.ndim} dimension(s)."
             )
         value = value.to(input._dtype)
     if broadcast_shapes(input.shape, mask.shape) != input.shape:

@@ -67,7 +67,9 @@ def assign(self: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     shadow = _shadow(self, copy=True) if recording and self._requires_grad else self.detach()
     result = compute(shadow)
     if not dtypes.can_cast(result._dtype, self._dtype):
-        raise RuntimeError(f"result type {_name(result._dtype)} can't be cast to the desired output type {_name(self._dtype)}")  # fmt: skip
+        raise RuntimeError(
+            f"result type {_name(result._dtype)} can't be cast to the desired output type {_name(self._dtype)}"
+        )
     if result.shape != self.shape:
         if result.numel() == self.numel() or result.ndim > self.ndim:
             raise RuntimeError(
@@ -127,7 +129,9 @@ def fill_(self: Tensor, value: Any) -> Tensor:
     check_inplace(self)
     if isinstance(value, Tensor):
         if value.ndim:
-            raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions.")  # fmt: skip
+            raise RuntimeError(
+                f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions."
+            )
         value = value.item()
     self._data[...] = value
     if state.enabled and self._requires_grad:

@@ -6,6 +6,7 @@ share a dtype. Half-precision products accumulate in float32 (in the backend).
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any
 
@@ -14,24 +15,45 @@ from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make
 
 
+# PyTorch names dtypes by their C++ types in these messages
+_CPP_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+              "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
+              "bool": "bool", "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}  # fmt: skip
+
+
 def _same_dtype(a: Tensor, b: Tensor) -> None:
     if a._dtype is not b._dtype:
-        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a._dtype.name} != {b._dtype.name}")
+        raise RuntimeError(
+            f"expected m1 and m2 to have the same dtype, but got: {_CPP_NAMES[a._dtype.name]} != {_CPP_NAMES[b._dtype.name]}"
+        )
     if a._device != b._device:
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a._device} and {b._device}!")  # fmt: skip
 
 
-def _shape_error(a: Tensor, b: Tensor) -> RuntimeError:
-    if a.ndim == 1 and b.ndim == 1:
-        return RuntimeError(
-            f"inconsistent tensor size, expected tensor [{a.shape[0]}] and src [{b.shape[0]}] to have the same "
-            f"number of elements, but got {a.shape[0]} and {b.shape[0]} elements respectively"
+def _check_shapes(a: Tensor, b: Tensor) -> None:
+    """RuntimeError in PyTorch's words (which name the kernel matmul dispatches to) when a @ b is ill-shaped."""
+    from serve.tensor.math_ops import broadcast_shapes
+
+    da, db = a.ndim, b.ndim
+    k_a, k_b = a.shape[-1], (b.shape[-2] if db > 1 else b.shape[0])
+    if db <= 2:  # a plain product, or (da >= 3) a batch folded into rows
+        if k_a == k_b:
+            return
+        rows = math.prod(a.shape[:-1])  # PyTorch folds the batch of a 3-D+ `a` into the rows of one product
+        if da == 1 and db == 1:
+            raise RuntimeError(
+                f"inconsistent tensor size, expected tensor [{k_a}] and src [{k_b}] to have the same "
+                f"number of elements, but got {k_a} and {k_b} elements respectively"
+            )
+        if db == 1:
+            raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{k_a}), vec ({k_b})")
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k_a} and {k_b}x{b.shape[-1]})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if k_a != k_b:
+        n = math.prod(batch)
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{n}, {k_a}] but got: [{n}, {k_b}]."
         )
-    rows = a.shape[-2] if a.ndim > 1 else 1
-    cols = b.shape[-1] if b.ndim > 1 else 1
-    return RuntimeError(
-        f"mat1 and mat2 shapes cannot be multiplied ({rows}x{a.shape[-1]} and {b.shape[-2] if b.ndim > 1 else b.shape[0]}x{cols})"
-    )
 
 
 def matmul(input: Tensor, other: Tensor) -> Tensor:
@@ -42,22 +64,10 @@ def matmul(input: Tensor, other: Tensor) -> Tensor:
         raise RuntimeError(
             f"both arguments to matmul need to be at least 1D, but they are {input.ndim}D and {other.ndim}D"
         )
-    k_b = other.shape[-2] if other.ndim > 1 else other.shape[0]
-    if input.shape[-1] != k_b:
-        raise _shape_error(input, other)
+    _check_shapes(input, other)
     if state.enabled and (input._requires_grad or other._requires_grad):
         return fn.Matmul.apply(input, other)
-    try:
-        out = input._ops.matmul(input._data, other._data)
-    except ValueError:
-        raise _batch_error(input, other) from None
-    return _make(out, input._dtype, input._device, input._ops)
-
-
-def _batch_error(a: Tensor, b: Tensor) -> RuntimeError:
-    return RuntimeError(
-        f"The batch dimensions of the operands do not broadcast: {list(a.shape[:-2])} and {list(b.shape[:-2])}"
-    )
+    return _make(input._ops.matmul(input._data, other._data), input._dtype, input._device, input._ops)
 
 
 def mm(input: Tensor, mat2: Tensor) -> Tensor:

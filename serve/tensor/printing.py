@@ -42,7 +42,8 @@ def _float_formatter(values: Any) -> Any:
             return "inf" if v > 0 else "-inf"
         return fmt.format(v)
 
-    width = max((len(one(v)) for v in _sample(values)), default=1)
+    # PyTorch sizes the columns from the finite nonzero values only (so `[nan, 1.]` is not padded)
+    width = max((len(one(v)) for v in _sample(finite[finite != 0] if finite.size else finite)), default=1)
     return lambda v: one(v).rjust(width)
 
 
@@ -64,6 +65,33 @@ def _formatter(t: Any, values: Any) -> Any:
     return lambda v: str(int(v)).rjust(width)
 
 
+def _vector_str(values: Any, indent: int, summarize: bool, fmt: Any) -> str:
+    """One row of values, wrapped to the line width the way PyTorch's `_vector_str` does it."""
+    if summarize and len(values) > 2 * _EDGEITEMS:
+        data = [fmt(v) for v in values[:_EDGEITEMS]] + [" ..."] + [fmt(v) for v in values[-_EDGEITEMS:]]
+    else:
+        data = [fmt(v) for v in values]
+    width = max((len(d) for d in data if d != " ..."), default=1)
+    per_line = max(1, (_LINEWIDTH - indent) // (width + 2))
+    lines = [", ".join(data[i : i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _tensor_str(values: Any, indent: int, summarize: bool, fmt: Any) -> str:
+    """Nested brackets as PyTorch prints them: one blank line more between blocks of each higher dimension."""
+    if values.ndim == 0:
+        return fmt(values[()])
+    if values.ndim == 1:
+        return _vector_str(values, indent, summarize, fmt)
+    n = values.shape[0]
+    if summarize and n > 2 * _EDGEITEMS:
+        rows = [_tensor_str(values[i], indent + 1, summarize, fmt) for i in range(_EDGEITEMS)] + ["..."]
+        rows += [_tensor_str(values[i], indent + 1, summarize, fmt) for i in range(n - _EDGEITEMS, n)]
+    else:
+        rows = [_tensor_str(values[i], indent + 1, summarize, fmt) for i in range(n)]
+    return "[" + ("," + "\n" * (values.ndim - 1) + " " * (indent + 1)).join(rows) + "]"
+
+
 def tensor_repr(t: Any) -> str:
     values = t._host()
     prefix = "tensor("
@@ -72,10 +100,7 @@ def tensor_repr(t: Any) -> str:
         body = "[]"
         suffixes.append(f"size={tuple(t.shape)}")
     else:
-        body = host.array2string(
-            values, max_line_width=_LINEWIDTH, separator=", ", prefix=prefix, threshold=_THRESHOLD,
-            edgeitems=_EDGEITEMS, formatter={"all": _formatter(t, values)},
-        )  # fmt: skip
+        body = _tensor_str(values, len(prefix), values.size > _THRESHOLD, _formatter(t, values))
     if t._device.type != "cpu":
         suffixes.append(f"device='{t._device}'")
     if t._dtype not in (dtypes.get_default_dtype(), dtypes.int64, dtypes.bool) or (

@@ -6,6 +6,7 @@ promote to int64; half-precision sums accumulate in float32.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections import namedtuple
 from typing import Any
@@ -17,6 +18,8 @@ from serve.tensor.tensor import Tensor, _make, wrap_dim
 _FLOAT = dtypes._FLOAT
 
 values_indices = namedtuple("values_indices", ["values", "indices"])
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
+               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}  # fmt: skip
 
 
 def _axes(x: Tensor, dim: Any) -> tuple[int, ...] | None:
@@ -77,11 +80,26 @@ def var(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = Fa
     axes = _axes(input, dim)
     n = _reduced_count(input, axes)
     centered = input - mean(input, axes, keepdim=True)
-    return sum(centered * centered, axes, keepdim) / max(n - correction, 0)
+    return sum(centered * centered, axes, keepdim) / builtins.max(n - correction, 0)  # `max` is ours here
 
 
 def std(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
-    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+    """Standard deviation over `dim` (arguments as for `var`); its gradient is 0 where it is 0, like PyTorch's."""
+    if isinstance(unbiased, bool) or dim is True or dim is False:
+        if isinstance(dim, bool):
+            unbiased, dim = dim, None
+        correction = 1 if unbiased else 0
+    if correction is None:
+        correction = 1
+    if input._dtype._category < _FLOAT:
+        raise RuntimeError(f"std and var only support floating point and complex dtypes, got {input._dtype.name}")
+    axes = _axes(input, dim)
+    n = _reduced_count(input, axes)
+    if n - correction <= 0:  # no degrees of freedom: nan or inf, with PyTorch's nan gradient
+        return var(input, axes, keepdim=keepdim, correction=correction).sqrt()
+    centered = input - mean(input, axes, keepdim=True)
+    # sqrt(sum(c * c)) is the 2-norm, whose primitive masks the gradient where the norm is 0 (sqrt' is inf there)
+    return fn.Norm2.apply(centered, axis=axes, keepdim=keepdim) / math.sqrt(builtins.max(n - correction, 0))
 
 
 def var_mean(input: Tensor, dim: Any = None, *, correction: Any = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
@@ -120,7 +138,7 @@ def _max_min(input: Tensor, dim: Any, keepdim: bool, other: Any, largest: bool) 
                 f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
                 "with the 'dim' argument."
             )
-        return amax(input, None, keepdim, largest=largest)
+        return amax(input, None, False, largest=largest)
     axis = wrap_dim(dim, input.ndim)
     if input.ndim and input.shape[axis] == 0:
         raise IndexError(f"{name}(): Expected reduction dim {axis} to have non-zero size.")
@@ -141,6 +159,11 @@ def min(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = N
 
 def amax(input: Tensor, dim: Any = None, keepdim: bool = False, *, largest: bool = True) -> Tensor:
     axes = _axes(input, dim)
+    name = "amax" if largest else "amin"
+    if input.numel() == 0:
+        for a in range(input.ndim) if axes is None else axes:
+            if input.shape[a] == 0:
+                raise IndexError(f"{name}(): Expected reduction dim {a} to have non-zero size.")
     if state.enabled and input._requires_grad:
         return fn.Amax.apply(input, axis=axes, keepdim=keepdim, largest=largest)
     raw = (input._ops.amax if largest else input._ops.amin)(input._data, axes, keepdim)
@@ -154,8 +177,11 @@ def amin(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
 def _arg(input: Tensor, dim: Any, keepdim: bool, largest: bool) -> Tensor:
     ops = input._ops
     fn_ = ops.argmax if largest else ops.argmin
-    if input.numel() == 0 and (dim is None or input.shape[wrap_dim(dim, input.ndim)] == 0):
-        raise RuntimeError(f"{'argmax' if largest else 'argmin'}(): Expected reduction dim to be specified for input.numel() == 0.")  # fmt: skip
+    name = "argmax" if largest else "argmin"
+    if input.numel() == 0 and dim is None:
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    if input.numel() == 0 and input.ndim and input.shape[wrap_dim(dim, input.ndim)] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {wrap_dim(dim, input.ndim)} to have non-zero size.")
     if dim is None:
         raw = fn_(input._data.reshape(-1), 0, False)
         if keepdim:
@@ -185,11 +211,18 @@ def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
 
 
 def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    return _make(input._ops.all(input._data, _axes(input, dim), keepdim), dtypes.bool, input._device, input._ops)
+    return _logical_reduce(input, input._ops.all, dim, keepdim)
 
 
 def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
-    return _make(input._ops.any(input._data, _axes(input, dim), keepdim), dtypes.bool, input._device, input._ops)
+    return _logical_reduce(input, input._ops.any, dim, keepdim)
+
+
+def _logical_reduce(input: Tensor, func: Any, dim: Any, keepdim: bool) -> Tensor:
+    """all/any: bool results, except that uint8 inputs give uint8 0/1 (PyTorch keeps that legacy)."""
+    out = func(input._data, _axes(input, dim), keepdim)
+    dt = dtypes.uint8 if input._dtype is dtypes.uint8 else dtypes.bool
+    return _make(out.astype(dt.np, copy=False), dt, input._device, input._ops)
 
 
 def count_nonzero(input: Tensor, dim: Any = None) -> Tensor:
@@ -201,7 +234,9 @@ def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, 
     if dtype is not None:
         input = input.to(dtype)
     if input._dtype._category < _FLOAT:
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {input._dtype.name}")  # fmt: skip
+        raise RuntimeError(
+            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {_TYPE_NAMES[input._dtype.name]}"
+        )
     if p in ("fro", 2, 2.0, None):
         return fn.Norm2.apply(input, axis=_axes(input, dim), keepdim=keepdim)
     a = input.abs()
@@ -215,7 +250,13 @@ def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, 
         return sum(a, dim, keepdim)
     if isinstance(p, str):
         raise RuntimeError(f"norm: unsupported p={p!r}; use a number, inf, -inf or 'fro'")
-    return sum(a**p, dim, keepdim) ** (1.0 / p)
+    # where-guarded powers: d|x|^p at x = 0 and d s^(1/p) at s = 0 are inf * 0 = nan; PyTorch makes them 0
+    from serve.tensor.math_ops import where
+
+    zero = a == 0
+    s = sum(where(zero, 0.0, where(zero, 1.0, a) ** p), dim, keepdim)
+    s_zero = s == 0
+    return where(s_zero, 0.0, where(s_zero, 1.0, s) ** (1.0 / p))
 
 
 def softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:

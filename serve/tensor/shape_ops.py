@@ -10,7 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from serve.tensor import dtypes, function as fn
+from serve.tensor import dtypes
+from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make, wrap_dim
 
@@ -101,7 +102,8 @@ def unflatten(input: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
     sizes = infer_shape(tuple(sizes), shape[d]) if -1 in sizes else tuple(sizes)
     if math.prod(sizes) != shape[d]:
         raise RuntimeError(
-            f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} ({shape[d]}) in the input tensor"
+            f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {dim} ({shape[d]}) "
+            "in the input tensor"
         )
     return reshape(input, shape[:d] + sizes + shape[d + 1 :])
 
@@ -186,7 +188,10 @@ def expand(input: Tensor, *sizes: Any) -> Tensor:
                 f"dimension {lead + i}.  Target sizes: {list(_sizes(sizes))}.  Tensor sizes: {list(shape)}"
             )
     if any(s < 0 for s in target[:lead]):
-        raise RuntimeError(f"The expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension {target.index(-1)}")  # fmt: skip
+        raise RuntimeError(
+            "The expanded size of the tensor (-1) isn't allowed in a leading, non-existing dimension "
+            f"{target.index(-1)}"
+        )
     tshape = tuple(target)
     if tshape == shape and not input._requires_grad:
         return _make(input._data, input._dtype, input._device, input._ops)

@@ -387,7 +387,8 @@ class Tensor:
     def __deepcopy__(self, memo: dict) -> Tensor:
         if self._grad_fn is not None:
             raise RuntimeError(
-                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the moment."
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the "
+                "moment."
             )
         new = _make(self._data.copy(), self._dtype, self._device, self._ops)
         if type(self) is not Tensor:

@@ -243,6 +243,50 @@ def test_grad_wrt_intermediate_only_does_not_need_leaves():
     assert x.grad is None
 
 
+def test_grad_wrt_intermediate_leaves_graph_below_it_usable():
+    # only the nodes between the outputs and the inputs run (and are freed), as in PyTorch
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    h = x.exp()
+    serve.autograd.grad((h * h).sum(), h)
+    (gx,) = serve.autograd.grad(h.sum(), x)
+    np.testing.assert_allclose(gx.numpy(), np.exp([1.0, 2.0]), rtol=1e-6)
+
+
+def test_backward_inputs_non_leaf_fills_its_grad():
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    (y * y).sum().backward(inputs=[y])
+    np.testing.assert_array_equal(y.grad.numpy(), [6.0, 12.0])
+    assert x.grad is None
+
+
+def test_second_backward_through_nodes_without_saved_tensors():
+    # PyTorch fails a second backward only where a node needs what it saved; neg saves nothing
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    h = x.neg()
+    h.sum().backward()
+    (h * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [-3.0, -3.0])
+
+
+def test_retain_grad_under_create_graph_is_differentiable():
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 3
+    h.retain_grad()
+    (h**2).sum().backward(create_graph=True)
+    assert h.grad.requires_grad
+    np.testing.assert_array_equal(h.grad.detach().numpy(), [6.0, 12.0])
+
+
+def test_error_messages_name_the_index():
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    z = serve.tensor(1.0, requires_grad=True)
+    with pytest.raises(RuntimeError, match="element 1 of tensors does not require grad"):
+        serve.autograd.backward([x.sum(), serve.ones(1).sum()])
+    with pytest.raises(RuntimeError, match="The differentiated Tensor at index 1 appears to not have been used"):
+        serve.autograd.grad(x.sum(), [x, z])
+
+
 def test_grad_wrt_output_itself():
     x = serve.tensor([1.0, 2.0], requires_grad=True)
     y = x * 2
@@ -291,7 +335,7 @@ def test_hessian_vector_products_match_torch(name):
         x = lib.tensor(xa, requires_grad=True)
         w = lib.tensor(wa, requires_grad=True)
         y = f(lib, x, w)
-        gx, gw = lib.autograd.grad(y, [x, w], create_graph=True, allow_unused=True)
+        gx, _ = lib.autograd.grad(y, [x, w], create_graph=True, allow_unused=True)
         assert gx.requires_grad
         hv = lib.autograd.grad((gx * lib.tensor(va)).sum(), [x, w], allow_unused=True)
         results.append((y, gx, hv))
@@ -304,6 +348,48 @@ def test_hessian_vector_products_match_torch(name):
         else:
             assert a is not None
             assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+_IDX = np.array([[0, 2, 1, 3], [1, 1, 0, 2], [3, 0, 0, 1]])
+_SECOND_ORDER = {
+    "relu": lambda lib, x: (x.relu() * x).sum(),
+    "abs": lambda lib, x: (x.abs() * x * x).sum(),
+    "where": lambda lib, x: lib.where(x > 0, x * x, x.sin()).sum(),
+    "amax": lambda lib, x: (x.amax(1) ** 2).sum(),
+    "max_dim": lambda lib, x: (x.max(1).values ** 2).sum(),
+    "index": lambda lib, x: (x[:, 1:3] ** 3).sum() + (x[[0, 2]] ** 2).sum(),
+    "gather": lambda lib, x: (x.gather(1, lib.tensor(_IDX)) ** 3).sum(),
+    "cat": lambda lib, x: (lib.cat([x, x * x], 0) ** 2).sum(),
+    "pow_tensor": lambda lib, x: (x.abs() + 0.5).pow(x).sum(),
+    "prod": lambda lib, x: (x.prod(1) * x.sum(1)).sum() + x.prod(),
+    "prod_with_zero": lambda lib, x: ((x * (x > -1.4)).prod(0) ** 2).sum(),
+    "cumsum": lambda lib, x: (x.cumsum(1) ** 2).sum(),
+    "erf": lambda lib, x: x.erf().sum(),
+    "rsqrt": lambda lib, x: (x * x + 1).rsqrt().sum(),
+    "transpose_mm": lambda lib, x: (x.t() @ x).pow(2).sum(),
+    "expand": lambda lib, x: (x[:, :1].expand(3, 4) * x).pow(2).sum(),
+    "maximum": lambda lib, x: (lib.maximum(x, x.flip(0)) ** 2).sum(),
+    "einsum": lambda lib, x: lib.einsum("ij,kj->ik", x, x).pow(2).sum(),
+    "var": lambda lib, x: x.var(1).sum(),
+    "clamp": lambda lib, x: (x.clamp(-0.5, 0.5) * x).sum(),
+    "triu": lambda lib, x: (x.triu() ** 3).sum(),
+    "normalize": lambda lib, x: (x - x.mean(1, keepdim=True)).pow(2).mean() + x.std(),
+}
+
+
+@needs_torch
+@pytest.mark.parametrize("name", sorted(_SECOND_ORDER))
+def test_second_order_matches_torch(name):
+    rng = np.random.default_rng(0)
+    xa, va = rng.uniform(-1.5, 1.5, (3, 4)), rng.uniform(-1, 1, (3, 4))
+    res = []
+    for lib in (serve, torch):
+        x = lib.tensor(xa, requires_grad=True)
+        (g,) = lib.autograd.grad(_SECOND_ORDER[name](lib, x), x, create_graph=True)
+        (h,) = lib.autograd.grad((g * lib.tensor(va)).sum(), x, allow_unused=True)
+        res.append((g, lib.zeros_like(x) if h is None else h))
+    for a, b in zip(*res):
+        assert_close(a, b, atol=1e-10, rtol=1e-9)
 
 
 def test_second_derivatives_closed_form():
@@ -569,7 +655,7 @@ def test_custom_function_multiple_outputs():
 
 def test_custom_function_multiple_outputs_one_used_gets_zero_grad():
     x = serve.tensor([1.0, 3.0], requires_grad=True)
-    a, b = SplitTwo.apply(x)
+    _, b = SplitTwo.apply(x)
     b.sum().backward()  # g1 is materialized as zeros
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 6.0])
 
@@ -608,7 +694,8 @@ def test_custom_function_wrong_number_of_gradients():
             return g
 
     x = serve.ones(2, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"function BadBackward returned an incorrect number of gradients \(expected 2, got 1\)"):  # fmt: skip
+    message = r"function BadBackward returned an incorrect number of gradients \(expected 2, got 1\)"
+    with pytest.raises(RuntimeError, match=message):
         Bad.apply(x, x).sum().backward()
 
 
@@ -687,7 +774,31 @@ def test_custom_function_double_backward():
     np.testing.assert_array_equal(h.numpy(), [2.0, 2.0])
 
 
-def test_custom_function_once_differentiable_under_create_graph():
+class SavesOutputExp(serve.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_custom_function_saved_output_is_differentiable():
+    # a saved output is the returned tensor, on the graph: the second derivative goes through it
+    x = serve.tensor([0.0, 1.0], dtype=serve.float64, requires_grad=True)
+    (g,) = serve.autograd.grad(SavesOutputExp.apply(x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), np.exp([0.0, 1.0]))
+    (h,) = serve.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), np.exp([0.0, 1.0]))
+
+
+def test_once_differentiable_under_create_graph():
+    from serve.autograd.function import once_differentiable
+
     class OnceExp(serve.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -696,13 +807,21 @@ def test_custom_function_once_differentiable_under_create_graph():
             return y
 
         @staticmethod
+        @once_differentiable
         def backward(ctx, g):
+            assert not serve.is_grad_enabled()
             (y,) = ctx.saved_tensors
             return g * y
 
     x = serve.tensor([0.0, 1.0], requires_grad=True)
-    (g,) = serve.autograd.grad(OnceExp.apply(x).sum(), x, create_graph=True)
-    np.testing.assert_allclose(g.detach().numpy(), np.exp([0.0, 1.0]), rtol=1e-6)
+    OnceExp.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([0.0, 1.0]), rtol=1e-6)
+    # create_graph with a gradient that requires grad: the result is marked, differentiating it raises
+    (g,) = serve.autograd.grad((OnceExp.apply(x) ** 2).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), 2 * np.exp([0.0, 2.0]), rtol=1e-6)
+    assert g.requires_grad and g.grad_fn.name() == "Error"
+    with pytest.raises(RuntimeError, match="trying to differentiate twice a function that was marked with @once_diff"):
+        g.sum().backward()
 
 
 def test_custom_function_saved_tensors_freed_after_backward():

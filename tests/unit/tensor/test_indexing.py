@@ -197,7 +197,10 @@ def test_gather_errors():
         x.gather(1, serve.tensor([[4]]))
     with pytest.raises(RuntimeError, match="index -1 is out of bounds for dimension 1 with size 4"):
         x.gather(1, serve.tensor([[0], [-1]]))
-    with pytest.raises(RuntimeError, match=r"Size does not match at dimension 0 expected index \[4, 1\] to be smaller than self \[3, 4\]"):  # noqa: E501
+    with pytest.raises(
+        RuntimeError,
+        match=r"Size does not match at dimension 0 expected index \[4, 1\] to be smaller than self \[3, 4\]",
+    ):
         x.gather(1, serve.zeros(4, 1, dtype=serve.int64))
 
 

@@ -118,7 +118,7 @@ def test_leaf_rule(name):
 def test_leaf_rule_through_view():
     x = serve.ones(2, 3, requires_grad=True)
     v = x[0]
-    with pytest.raises(RuntimeError, match="(leaf Variable|view of a leaf Variable)"):
+    with pytest.raises(RuntimeError, match=r"(leaf Variable|view of a leaf Variable)"):
         v.add_(1)
 
 
@@ -180,7 +180,7 @@ def _chain_fill(lib, x):
 
 
 def _chain_zero(lib, x):
-    y = x.exp()
+    y = x * 2
     y.zero_()
     return y + x
 

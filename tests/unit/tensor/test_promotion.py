@@ -35,9 +35,10 @@ def test_promotion_table_without_torch(a, b):
 def test_all_dtype_pairs(a):
     for b in DTYPES:
         ref = torch.promote_types(getattr(torch, a), getattr(torch, b))
-        assert dtype_name(serve.promote_types(getattr(serve, a), getattr(serve, b))) == dtype_name(ref), (a, b)
+        assert serve.promote_types(getattr(serve, a), getattr(serve, b)).name == str(ref).split(".")[-1], (a, b)
         for sa, sb in (((2,), (2,)), ((), (2,)), ((2,), ()), ((), ())):
-            for op in (lambda x, y: x * y, lambda x, y: x + y if "bool" not in (a, b) else x * y):
+            both_bool = a == b == "bool"
+            for op in (lambda x, y: x * y, lambda x, y, both_bool=both_bool: x * y if both_bool else x + y):
                 ours = op(_t(serve, a, sa), _t(serve, b, sb))
                 theirs = op(_t(torch, a, sa), _t(torch, b, sb))
                 assert dtype_name(ours) == dtype_name(theirs), (a, sa, b, sb)
@@ -116,7 +117,12 @@ def test_where_and_comparison_promotion(a):
 @needs_torch
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
 def test_inplace_float_into_int_raises(dtype):
-    for op in (lambda x: x.__iadd__(1.5), lambda x: x.mul_(2.5), lambda x: x.div_(2), lambda x: x.add_(serve_or_torch_float(x))):
+    for op in (
+        lambda x: x.__iadd__(1.5),
+        lambda x: x.mul_(2.5),
+        lambda x: x.div_(2),
+        lambda x: x.add_(serve_or_torch_float(x)),
+    ):
         x = _t(serve, dtype)
         with pytest.raises(RuntimeError) as ours:
             op(x)
@@ -157,7 +163,9 @@ VALUES = [-3.7, -1.5, -0.5, 0.0, 0.49, 0.5, 1.5, 2.5, 100.9, 255.0, 300.0]
 
 @needs_torch
 @pytest.mark.parametrize("src", ["float32", "float64", "float16", "int64", "int32", "int16", "bool", "bfloat16"])
-@pytest.mark.parametrize("method", ["float", "half", "long", "int", "bool", "double", "short", "bfloat16", "byte", "char"])
+@pytest.mark.parametrize(
+    "method", ["float", "half", "long", "int", "bool", "double", "short", "bfloat16", "byte", "char"]
+)
 def test_conversion_methods(src, method):
     vals = VALUES if src.startswith(("float", "bfloat")) else [-3, -1, 0, 1, 2, 100]
     if src == "bool":
@@ -229,7 +237,6 @@ def test_mixed_arithmetic_values(a, b):
     for op in (lambda x, y: x + y, lambda x, y: x * y, lambda x, y: x - y, lambda x, y: x / y, lambda x, y: x**y):
         ours = op(serve.tensor(va, dtype=getattr(serve, a)), serve.tensor(vb, dtype=getattr(serve, b)))
         theirs = op(torch.tensor(va, dtype=getattr(torch, a)), torch.tensor(vb, dtype=getattr(torch, b)))
-        if dtype_name(theirs).startswith("int") or dtype_name(theirs) == "uint8":
-            if op(2, 9) == 2**9:
-                continue  # integer powers overflow the small types; the wrap-around is not specified
+        if dtype_name(theirs) in ("int8", "uint8", "int16") and op(2, 9) == 2**9:
+            continue  # integer powers overflow the small types; the wrap-around is not specified
         assert_close(ours, theirs, atol=1e-2, rtol=1e-2)

@@ -189,7 +189,10 @@ def test_expand_is_a_view_and_errors():
     assert e.stride() == (1, 0)
     x[0, 0] = 9.0
     assert e[0].tolist() == [9.0, 9.0, 9.0]
-    with pytest.raises(RuntimeError, match=r"expanded size of the tensor \(4\) must match the existing size \(2\) at non-singleton dimension 0"):  # noqa: E501
+    with pytest.raises(
+        RuntimeError,
+        match=r"expanded size of the tensor \(4\) must match the existing size \(2\) at non-singleton dimension 0",
+    ):
         x.expand(4, 3)
     with pytest.raises(RuntimeError, match=r"number of sizes provided \(1\) must be greater or equal"):
         x.expand(3)
@@ -251,7 +254,10 @@ def test_cat_legacy_empty_and_gradient_of_promoted():
 
 
 def test_cat_stack_errors():
-    with pytest.raises(RuntimeError, match=r"Sizes of tensors must match except in dimension 0. Expected size 3 but got size 4 for tensor number 1"):  # noqa: E501
+    with pytest.raises(
+        RuntimeError,
+        match=r"Sizes of tensors must match except in dimension 0. Expected size 3 but got size 4 for tensor number 1",
+    ):
         serve.cat([serve.zeros(2, 3), serve.zeros(2, 4)])
     with pytest.raises(RuntimeError, match="same number of dimensions: got 2 and 1"):
         serve.cat([serve.zeros(2, 3), serve.zeros(3)])
@@ -259,7 +265,10 @@ def test_cat_stack_errors():
         serve.cat([])
     with pytest.raises(IndexError, match="Dimension out of range"):
         serve.cat([serve.zeros(2, 3)], dim=2)
-    with pytest.raises(RuntimeError, match=r"stack expects each tensor to be equal size, but got \[2, 3\] at entry 0 and \[3\] at entry 1"):  # noqa: E501
+    with pytest.raises(
+        RuntimeError,
+        match=r"stack expects each tensor to be equal size, but got \[2, 3\] at entry 0 and \[3\] at entry 1",
+    ):
         serve.stack([serve.zeros(2, 3), serve.zeros(3)])
     with pytest.raises(RuntimeError, match="stack expects a non-empty TensorList"):
         serve.stack([])
@@ -298,10 +307,12 @@ def test_chunk_counts():
 
 def test_split_views_and_errors():
     x = serve.zeros(4, 2)
-    a, b = x.split(2)
+    a, _b = x.split(2)
     a[0, 0] = 1.0
     assert x[0, 0].item() == 1.0
-    with pytest.raises(RuntimeError, match=r"split_with_sizes expects split_sizes to sum exactly to 4.*split_sizes=\[1, 2\]"):  # noqa: E501
+    with pytest.raises(
+        RuntimeError, match=r"split_with_sizes expects split_sizes to sum exactly to 4.*split_sizes=\[1, 2\]"
+    ):
         x.split([1, 2])
     with pytest.raises(RuntimeError, match="chunk expects `chunks` to be greater than 0, got: 0"):
         x.chunk(0)
