@@ -14,20 +14,22 @@ from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make
 
-
 # PyTorch names dtypes by their C++ types in these messages
 _CPP_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
-              "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char", "uint8": "unsigned char",
-              "bool": "bool", "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}  # fmt: skip
+              "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+              "uint8": "unsigned char", "bool": "bool", "complex64": "c10::complex<float>",
+              "complex128": "c10::complex<double>"}  # fmt: skip
 
 
 def _same_dtype(a: Tensor, b: Tensor) -> None:
     if a._dtype is not b._dtype:
-        raise RuntimeError(
-            f"expected m1 and m2 to have the same dtype, but got: {_CPP_NAMES[a._dtype.name]} != {_CPP_NAMES[b._dtype.name]}"
-        )
+        names = f"{_CPP_NAMES[a._dtype.name]} != {_CPP_NAMES[b._dtype.name]}"
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {names}")
     if a._device != b._device:
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a._device} and {b._device}!")  # fmt: skip
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{a._device} and {b._device}!"
+        )
 
 
 def _check_shapes(a: Tensor, b: Tensor) -> None:
@@ -83,7 +85,8 @@ def mv(input: Tensor, vec: Tensor) -> Tensor:
         raise RuntimeError(f"vector + matrix @ vector expected, got {input.ndim}, {vec.ndim}")
     if input.shape[1] != vec.shape[0]:
         raise RuntimeError(
-            f"size mismatch, got input ({input.shape[0]}), mat ({input.shape[0]}x{input.shape[1]}), vec ({vec.shape[0]})"
+            f"size mismatch, got input ({input.shape[0]}), mat ({input.shape[0]}x{input.shape[1]}), "
+            f"vec ({vec.shape[0]})"
         )
     return matmul(input, vec)
 
@@ -123,7 +126,8 @@ def _expand_ellipsis(equation: str, operands: tuple[Tensor, ...]) -> str:
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise RuntimeError(f"einsum(): more operands were provided than specified in the equation" if len(operands) > len(terms) else "einsum(): fewer operands were provided than specified in the equation")  # fmt: skip
+        which = "more" if len(operands) > len(terms) else "fewer"
+        raise RuntimeError(f"einsum(): {which} operands were provided than specified in the equation")
     used = set(eq) - set(".,->")
     spare = [c for c in string.ascii_letters if c not in used]
     n_ell = 0
@@ -139,7 +143,8 @@ def _expand_ellipsis(equation: str, operands: tuple[Tensor, ...]) -> str:
         if len(term) != op.ndim:
             raise RuntimeError(
                 f"einsum(): the number of subscripts in the equation ({len(term)}) does not match the number of "
-                f"dimensions ({op.ndim}) for operand {len(new_terms)}" + (" and no ellipsis was given" if "..." not in term else "")
+                f"dimensions ({op.ndim}) for operand {len(new_terms)}"
+                + (" and no ellipsis was given" if "..." not in term else "")
             )
         new_terms.append(term)
     if arrow:
@@ -165,7 +170,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     if recording:
         for term in eq.split("->")[0].split(","):
             if len(set(term)) != len(term):
-                raise RuntimeError(f"einsum: repeated subscripts within one operand ('{term}') are not differentiable here; use diagonal()/trace first")  # fmt: skip
+                raise RuntimeError(
+                    f"einsum: repeated subscripts within one operand ('{term}') are not differentiable here; "
+                    "use diagonal()/trace first"
+                )
         return fn.Einsum.apply(*ops_t, equation=eq)
     try:
         out = ref._ops.einsum(eq, *[t._data for t in ops_t])

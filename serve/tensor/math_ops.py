@@ -10,7 +10,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from serve.tensor import dtypes, function as fn
+from serve.tensor import dtypes
+from serve.tensor import function as fn
 from serve.tensor.dtypes import dtype
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make
@@ -52,7 +53,8 @@ def _result_dtype(a: Any, b: Any) -> dtype:
 def _check_devices(a: Tensor, b: Tensor) -> None:
     if a._device != b._device and b._data.ndim and a._data.ndim:
         raise RuntimeError(
-            f"Expected all tensors to be on the same device, but found at least two devices, {a._device} and {b._device}!"
+            "Expected all tensors to be on the same device, but found at least two devices, "
+            f"{a._device} and {b._device}!"
         )
 
 
@@ -277,7 +279,9 @@ def _bitwise(name: str) -> Any:
     def bitwise(input: Any, other: Any) -> Tensor:
         dt = _result_dtype(input, other)
         if dt._category >= _FLOAT:
-            raise RuntimeError(f'"{name}_cpu" not implemented for \'{dt.name}\': bitwise operations need integer or bool tensors')
+            raise RuntimeError(
+                f"\"{name}_cpu\" not implemented for '{dt.name}': bitwise operations need integer or bool tensors"
+            )
         return binary(None, name, _nograd(input), _nograd(other), dt)  # type: ignore[arg-type]
 
     bitwise.__name__ = name

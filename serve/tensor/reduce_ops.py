@@ -11,7 +11,8 @@ import math
 from collections import namedtuple
 from typing import Any
 
-from serve.tensor import dtypes, function as fn
+from serve.tensor import dtypes
+from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make, wrap_dim
 
@@ -67,8 +68,8 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
     return sum(input, axes, keepdim) / n if n else sum(input, axes, keepdim) * float("nan")
 
 
-def var(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
-    """Variance over `dim`; `correction` (default 1, Bessel) or the older `unbiased` flag, like PyTorch."""
+def _var_args(input: Tensor, dim: Any, unbiased: Any, correction: Any) -> tuple[Any, Any]:
+    """(dim, correction) from var/std's arguments: `correction` (default 1, Bessel) or the older `unbiased` flag."""
     if isinstance(unbiased, bool) or dim is True or dim is False:
         if isinstance(dim, bool):
             unbiased, dim = dim, None
@@ -77,22 +78,25 @@ def var(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = Fa
         correction = 1
     if input._dtype._category < _FLOAT:
         raise RuntimeError(f"std and var only support floating point and complex dtypes, got {input._dtype.name}")
+    return dim, correction
+
+
+def var(
+    input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
+) -> Tensor:
+    """Variance over `dim`; `correction` (default 1, Bessel) or the older `unbiased` flag, like PyTorch."""
+    dim, correction = _var_args(input, dim, unbiased, correction)
     axes = _axes(input, dim)
     n = _reduced_count(input, axes)
     centered = input - mean(input, axes, keepdim=True)
     return sum(centered * centered, axes, keepdim) / builtins.max(n - correction, 0)  # `max` is ours here
 
 
-def std(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+def std(
+    input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
+) -> Tensor:
     """Standard deviation over `dim` (arguments as for `var`); its gradient is 0 where it is 0, like PyTorch's."""
-    if isinstance(unbiased, bool) or dim is True or dim is False:
-        if isinstance(dim, bool):
-            unbiased, dim = dim, None
-        correction = 1 if unbiased else 0
-    if correction is None:
-        correction = 1
-    if input._dtype._category < _FLOAT:
-        raise RuntimeError(f"std and var only support floating point and complex dtypes, got {input._dtype.name}")
+    dim, correction = _var_args(input, dim, unbiased, correction)
     axes = _axes(input, dim)
     n = _reduced_count(input, axes)
     if n - correction <= 0:  # no degrees of freedom: nan or inf, with PyTorch's nan gradient
@@ -235,7 +239,8 @@ def norm(input: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, 
         input = input.to(dtype)
     if input._dtype._category < _FLOAT:
         raise RuntimeError(
-            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {_TYPE_NAMES[input._dtype.name]}"
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+            f"Got {_TYPE_NAMES[input._dtype.name]}"
         )
     if p in ("fro", 2, 2.0, None):
         return fn.Norm2.apply(input, axis=_axes(input, dim), keepdim=keepdim)

@@ -7,8 +7,9 @@ modules of this package and are bound as methods by `methods.py`; this file keep
 
 from __future__ import annotations
 
+import builtins
 import copy as _copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serve.backend import CPU, as_device, device, get_ops
 from serve.backend import ops_cpu as _cpu_ops
@@ -67,6 +68,15 @@ class Tensor:
     # that an in-place change of the view can be recorded on the base's graph too (PyTorch's CopySlices)
     __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_grad", "_grad_fn", "_ops", "_output_nr",
                  "_requires_grad", "_view")  # fmt: skip
+    _data: Any
+    _dtype: dtype
+    _device: device
+    _ops: Any
+    _requires_grad: builtins.bool
+    _grad: Tensor | None
+    _grad_fn: Any
+    _output_nr: builtins.int
+    _view: Any
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Tensor:
         # `Tensor(data)` builds a float tensor and `Tensor(2, 3)` an uninitialised one, like torch.Tensor
@@ -94,21 +104,21 @@ class Tensor:
             return Size(self._data.shape)
         return self._data.shape[wrap_dim(dim, self._data.ndim)]
 
-    def dim(self) -> int:
+    def dim(self) -> builtins.int:
         return self._data.ndim
 
     @property
-    def ndim(self) -> int:
+    def ndim(self) -> builtins.int:
         return self._data.ndim
 
     ndimension = dim
 
-    def numel(self) -> int:
+    def numel(self) -> builtins.int:
         return int(self._data.size)
 
     nelement = numel
 
-    def element_size(self) -> int:
+    def element_size(self) -> builtins.int:
         return self._dtype.itemsize
 
     @property
@@ -120,32 +130,32 @@ class Tensor:
         return self._device
 
     @property
-    def is_cuda(self) -> bool:
+    def is_cuda(self) -> builtins.bool:
         return self._device.type == "cuda"
 
     @property
-    def is_cpu(self) -> bool:
+    def is_cpu(self) -> builtins.bool:
         return self._device.type == "cpu"
 
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> builtins.bool:
         return self._dtype.is_floating_point
 
-    def is_complex(self) -> bool:
+    def is_complex(self) -> builtins.bool:
         return self._dtype.is_complex
 
     def stride(self, dim: int | None = None) -> Any:
         s = self._ops.strides(self._data)
         return s if dim is None else s[wrap_dim(dim, self._data.ndim)]
 
-    def is_contiguous(self, memory_format: Any = None) -> bool:
+    def is_contiguous(self, memory_format: Any = None) -> builtins.bool:
         return self._ops.is_contiguous(self._data)
 
-    def data_ptr(self) -> int:
+    def data_ptr(self) -> builtins.int:
         return int(self._data.__array_interface__["data"][0]) if self.is_cpu else int(self._data.data.ptr)
 
     # -- autograd state ------------------------------------------------------------------------------
     @property
-    def requires_grad(self) -> bool:
+    def requires_grad(self) -> builtins.bool:
         return self._requires_grad
 
     @requires_grad.setter
@@ -187,11 +197,11 @@ class Tensor:
         return self._grad_fn
 
     @property
-    def is_leaf(self) -> bool:
+    def is_leaf(self) -> builtins.bool:
         return self._grad_fn is None
 
     @property
-    def output_nr(self) -> int:
+    def output_nr(self) -> builtins.int:
         return self._output_nr
 
     def retain_grad(self) -> None:
@@ -202,7 +212,7 @@ class Tensor:
         self._grad_fn.register_retained(self._output_nr, self)
 
     @property
-    def retains_grad(self) -> bool:
+    def retains_grad(self) -> builtins.bool:
         fn = self._grad_fn
         return bool(fn is not None and fn._retained and self._output_nr in fn._retained)
 
@@ -338,7 +348,7 @@ class Tensor:
         return self.to(dtypes.bool)
 
     # -- Python protocol -----------------------------------------------------------------------------
-    def __len__(self) -> int:
+    def __len__(self) -> builtins.int:
         if self._data.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return self._data.shape[0]
@@ -348,7 +358,7 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> builtins.bool:
         if self._data.size != 1:
             raise RuntimeError(
                 f"Boolean value of Tensor with more than one value is ambiguous (it has {self._data.size} values); "
@@ -356,13 +366,13 @@ class Tensor:
             )
         return bool(self.item())
 
-    def __float__(self) -> float:
+    def __float__(self) -> builtins.float:
         return float(self.item())
 
-    def __int__(self) -> int:
+    def __int__(self) -> builtins.int:
         return int(self.item())
 
-    def __index__(self) -> int:
+    def __index__(self) -> builtins.int:
         if self._dtype.is_floating_point or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
@@ -409,6 +419,71 @@ class Tensor:
         from serve.tensor.creation import _rebuild
 
         return (_rebuild, (self._host(), self._dtype.name, str(self._device), self._requires_grad))
+
+    if TYPE_CHECKING:  # methods and operators that methods.py binds at import, declared for type checkers
+
+        def __getattr__(self, name: str) -> Any: ...
+
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __iadd__(self, other: Any) -> Tensor: ...
+
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __isub__(self, other: Any) -> Tensor: ...
+
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __imul__(self, other: Any) -> Tensor: ...
+
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __itruediv__(self, other: Any) -> Tensor: ...
+
+        def __floordiv__(self, other: Any) -> Tensor: ...
+        def __rfloordiv__(self, other: Any) -> Tensor: ...
+        def __ifloordiv__(self, other: Any) -> Tensor: ...
+
+        def __mod__(self, other: Any) -> Tensor: ...
+        def __rmod__(self, other: Any) -> Tensor: ...
+        def __imod__(self, other: Any) -> Tensor: ...
+
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __ipow__(self, other: Any) -> Tensor: ...
+
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __imatmul__(self, other: Any) -> Tensor: ...
+
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __iand__(self, other: Any) -> Tensor: ...
+
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __ior__(self, other: Any) -> Tensor: ...
+
+        def __xor__(self, other: Any) -> Tensor: ...
+        def __rxor__(self, other: Any) -> Tensor: ...
+        def __ixor__(self, other: Any) -> Tensor: ...
+
+        def __neg__(self) -> Tensor: ...
+        def __pos__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+
+        def __getitem__(self, index: Any) -> Tensor: ...
+
+        def __setitem__(self, index: Any, value: Any) -> None: ...
+
+        def __lt__(self, other: Any) -> Tensor: ...
+
+        def __le__(self, other: Any) -> Tensor: ...
+
+        def __gt__(self, other: Any) -> Tensor: ...
+
+        def __ge__(self, other: Any) -> Tensor: ...
 
 
 _TYPE_NAMES = {
