@@ -12,7 +12,9 @@ from serve.tensor.autograd import Node as FunctionCtx
 from serve.tensor.grad_mode import enable_grad, inference_mode, no_grad, set_grad_enabled
 
 function = types.ModuleType(__name__ + ".function", "`torch.autograd.function`: Function, once_differentiable.")
-function.Function, function.FunctionCtx, function.once_differentiable = Function, FunctionCtx, once_differentiable
+function.Function = Function  # type: ignore[attr-defined]
+function.FunctionCtx = FunctionCtx  # type: ignore[attr-defined]
+function.once_differentiable = once_differentiable  # type: ignore[attr-defined]
 sys.modules[function.__name__] = function
 
 __all__ = ["Function", "FunctionCtx", "backward", "enable_grad", "function", "grad", "inference_mode", "no_grad",

@@ -75,7 +75,8 @@ def random_inputs(shapes: Sequence[Any], dtype: str, low: float, high: float, se
 
 
 def _make(lib: Any, a: np.ndarray, dtype: str, requires_grad: bool) -> Any:
-    dt = getattr(lib, dtype) if not (isinstance(a, np.ndarray) and a.dtype.kind in "biu" and dtype.startswith("float")) else None
+    int_data_as_float = isinstance(a, np.ndarray) and a.dtype.kind in "biu" and dtype.startswith("float")
+    dt = None if int_data_as_float else getattr(lib, dtype)
     t = lib.tensor(a, dtype=dt) if dt is not None else lib.tensor(a)
     return t.requires_grad_(True) if requires_grad and t.is_floating_point() else t
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 
-class device:  # noqa: N801 - PyTorch's name
+class device:
     """A device type plus an optional index: `device("cpu")`, `device("cuda:0")`, `device("cuda", 1)`."""
 
     __slots__ = ("index", "type")
+    type: str
+    index: int | None
 
-    def __init__(self, type: Any, index: int | None = None) -> None:  # noqa: A002 - PyTorch's argument name
+    def __init__(self, type: Any, index: int | None = None) -> None:
         if isinstance(type, device):
             type, index = type.type, type.index if index is None else index
         elif isinstance(type, int) and not isinstance(type, bool):

@@ -92,7 +92,7 @@ def bernoulli(gen: np.random.Generator, p: np.ndarray, dt: np.dtype) -> np.ndarr
 
 # ---- elementwise ----------------------------------------------------------------------------------
 neg = np.negative
-abs = np.absolute  # noqa: A001
+abs = np.absolute
 exp = np.exp
 log = np.log
 log1p = np.log1p
@@ -106,7 +106,7 @@ sign = np.sign
 floor = np.floor
 ceil = np.ceil
 trunc = np.trunc
-round = np.round  # noqa: A001 - half to even, like PyTorch
+round = np.round
 reciprocal = np.reciprocal
 isnan = np.isnan
 isinf = np.isinf
@@ -209,7 +209,7 @@ def _acc(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32) if a.dtype.num in _HALF_NUMS else a
 
 
-def sum(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:  # noqa: A001
+def sum(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:
     if a.dtype.num in _HALF_NUMS:
         return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=np.float32).astype(dt))
     return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=dt))
@@ -235,11 +235,11 @@ def argmin(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
     return np.asarray(np.argmin(a, axis=axis, keepdims=keepdims))
 
 
-def any(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:  # noqa: A001
+def any(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
     return np.asarray(np.any(a, axis=axis, keepdims=keepdims))
 
 
-def all(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:  # noqa: A001
+def all(a: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
     return np.asarray(np.all(a, axis=axis, keepdims=keepdims))
 
 
@@ -254,21 +254,33 @@ def cumprod(a: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
 _max_reduce, _add_reduce = np.maximum.reduce, np.add.reduce
 
 
+def _row_max(a: np.ndarray, axis: int) -> np.ndarray:
+    # reductions called positionally: on small tensors numpy's keyword parsing costs as much as the math
+    return _max_reduce(a, axis, None, None, True)  # type: ignore[call-overload]
+
+
+def _row_sum(a: np.ndarray, axis: int) -> np.ndarray:
+    return _add_reduce(a, axis, None, None, True)  # type: ignore[call-overload]
+
+
 def softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    if not a.size:
+        return a.copy()
     if a.dtype.num in _HALF_NUMS:
         return softmax(a.astype(np.float32), axis).astype(a.dtype)
-    # reductions called positionally: on small tensors numpy's keyword parsing costs as much as the math
-    out = np.subtract(a, _max_reduce(a, axis, None, None, True))
+    out = np.subtract(a, _row_max(a, axis))
     np.exp(out, out=out)
-    out /= _add_reduce(out, axis, None, None, True)
+    out /= _row_sum(out, axis)
     return out
 
 
 def log_softmax(a: np.ndarray, axis: int) -> np.ndarray:
+    if not a.size:
+        return a.copy()
     if a.dtype.num in _HALF_NUMS:
         return log_softmax(a.astype(np.float32), axis).astype(a.dtype)
-    out = np.subtract(a, _max_reduce(a, axis, None, None, True))
-    out -= np.log(_add_reduce(np.exp(out), axis, None, None, True))
+    out = np.subtract(a, _row_max(a, axis))
+    out -= np.log(_row_sum(np.exp(out), axis))
     return out
 
 
@@ -330,7 +342,7 @@ def index_add(target: np.ndarray, index: Any, values: np.ndarray) -> None:
 
 def scatter_add(target: np.ndarray, axis: int, index: np.ndarray, src: np.ndarray) -> None:
     """target[..., index[i], ...] += src[i] along `axis` (the backward of gather)."""
-    grid = list(np.indices(index.shape, sparse=True))
+    grid: list[Any] = list(np.indices(index.shape, sparse=True))
     grid[axis] = index
     np.add.at(target, tuple(grid), src)
 

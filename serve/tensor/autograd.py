@@ -331,7 +331,7 @@ def run_backward(
         for t in inputs:
             k = wanted_edge.get((id(t._grad_fn), t._output_nr)) if t._grad_fn is not None else None
             if k is not None and results[k] is not None:
-                _accumulate_leaf(t, results[k], create_graph)
+                _accumulate_leaf(t, results[k], create_graph)  # type: ignore[arg-type]
     return results
 
 
@@ -369,7 +369,7 @@ def _run_node(node: Node, slots: list[Any], deliver: Any, wanted_edge: dict, res
                 t._grad = g if t._grad is None else t._grad + g
     if node.materialize_grads:
         slots = [g if g is not None else _zeros_for(node._out_meta[i]) for i, g in enumerate(slots)]
-    input_grads = node._fn.backward(node, *slots)
+    input_grads = node._fn.backward(node, *slots)  # type: ignore[attr-defined]
     if not isinstance(input_grads, tuple):
         input_grads = (input_grads,)
     n_in = len(node._next)

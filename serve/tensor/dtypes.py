@@ -20,12 +20,13 @@ builtins_bool, builtins_int = _builtins.bool, _builtins.int
 builtins_float, builtins_complex = _builtins.float, _builtins.complex
 
 
-class dtype:  # noqa: N801 - PyTorch's name
+class dtype:
     """A tensor element type: `serve.float32`, `serve.int64`, ..."""
 
     __slots__ = ("_category", "is_signed", "itemsize", "name", "np")
+    _category: _builtins.int
 
-    def __init__(self, name: str, np_dtype: Any, category: int, is_signed: bool) -> None:
+    def __init__(self, name: str, np_dtype: Any, category: _builtins.int, is_signed: _builtins.bool) -> None:
         self.name = name
         self.np = np.dtype(np_dtype)
         self.itemsize = self.np.itemsize
@@ -33,11 +34,11 @@ class dtype:  # noqa: N801 - PyTorch's name
         self.is_signed = is_signed
 
     @property
-    def is_floating_point(self) -> bool:
+    def is_floating_point(self) -> _builtins.bool:
         return self._category == _FLOAT
 
     @property
-    def is_complex(self) -> bool:
+    def is_complex(self) -> _builtins.bool:
         return self._category == _COMPLEX
 
     def to_complex(self) -> dtype:
@@ -53,7 +54,7 @@ class dtype:  # noqa: N801 - PyTorch's name
         return self.name
 
 
-bool = dtype("bool", np.bool_, _BOOL, False)  # noqa: A001 - PyTorch's name
+bool = dtype("bool", np.bool_, _BOOL, False)
 uint8 = dtype("uint8", np.uint8, _INT, False)
 int8 = dtype("int8", np.int8, _INT, True)
 int16 = dtype("int16", np.int16, _INT, True)
@@ -67,8 +68,8 @@ complex64 = dtype("complex64", np.complex64, _COMPLEX, True)
 complex128 = dtype("complex128", np.complex128, _COMPLEX, True)
 
 # PyTorch's aliases
-half, float, double = float16, float32, float64  # noqa: A001
-short, int, long = int16, int32, int64  # noqa: A001
+half, float, double = float16, float32, float64
+short, int, long = int16, int32, int64
 cfloat, cdouble = complex64, complex128
 
 ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128)
@@ -168,6 +169,7 @@ def scalar_result(dt: dtype, scalar: Any) -> dtype:
     found = _scalar_results.get(key)
     if found is None:
         found = _combine(dt, scalar_dtype(scalar))
+        assert found is not None
         if type(scalar) in (builtins_bool, builtins_int, builtins_float, builtins_complex):
             _scalar_results[key] = found
     return found  # type: ignore[return-value]
@@ -204,7 +206,7 @@ def result_type(dim_dtypes: list[dtype], zero_dim_dtypes: list[dtype], scalar_dt
     return found
 
 
-def can_cast(src: dtype, dst: dtype) -> builtins_bool:
+def can_cast(src: dtype, dst: dtype) -> _builtins.bool:
     """PyTorch's `can_cast` for in-place results: no float->int, complex->real, or non-bool->bool."""
     return not (
         (src._category == _COMPLEX and dst._category != _COMPLEX)
@@ -213,10 +215,10 @@ def can_cast(src: dtype, dst: dtype) -> builtins_bool:
     )
 
 
-class finfo:  # noqa: N801 - PyTorch's name
+class finfo:
     """Machine limits of a floating dtype (`torch.finfo`)."""
 
-    def __init__(self, type: dtype | None = None) -> None:  # noqa: A002
+    def __init__(self, type: dtype | None = None) -> None:
         d = type or get_default_dtype()
         if d._category < _FLOAT:
             raise TypeError(f"finfo() requires a floating point input type, got {d!r}; use iinfo for integers")
@@ -230,13 +232,14 @@ class finfo:  # noqa: N801 - PyTorch's name
         self.resolution = builtins_float(info.resolution)
 
     def __repr__(self) -> str:
-        return f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype})"
+        limits = f"resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}"
+        return f"finfo({limits}, dtype={self.dtype})"
 
 
-class iinfo:  # noqa: N801 - PyTorch's name
+class iinfo:
     """Limits of an integer dtype (`torch.iinfo`)."""
 
-    def __init__(self, type: dtype) -> None:  # noqa: A002
+    def __init__(self, type: dtype) -> None:
         if type._category != _INT and type is not bool:
             raise TypeError(f"iinfo() requires an integer input type, got {type!r}; use finfo for floating types")
         info = np.iinfo(type.np) if type is not bool else np.iinfo(np.uint8)

@@ -135,7 +135,7 @@ def _expand_ellipsis(equation: str, operands: tuple[Tensor, ...]) -> str:
         if "..." in term:
             n_ell = max(n_ell, op.ndim - (len(term) - 3))
     ell = "".join(spare[:n_ell])
-    new_terms = []
+    new_terms: list[str] = []
     for term, op in zip(terms, operands):
         if "..." in term:
             k = op.ndim - (len(term) - 3)

@@ -70,7 +70,7 @@ def _as_operand(x: Any, dt: dtype, like: Tensor) -> Tensor:
 _scalar_result = dtypes.scalar_result
 
 
-def binary(prim: type, name: str, a: Any, b: Any, dt: dtype | None = None) -> Tensor:
+def binary(prim: Any, name: str, a: Any, b: Any, dt: dtype | None = None) -> Tensor:
     """Apply the broadcasting primitive `prim` (backend function `name`) in dtype `dt` (default: promoted)."""
     if isinstance(a, Tensor):
         ta = a
@@ -197,7 +197,7 @@ def _check_int_zero(other: Any) -> None:
         raise RuntimeError("ZeroDivisionError: integer division by zero")
 
 
-def pow(input: Any, exponent: Any) -> Tensor:  # noqa: A001
+def pow(input: Any, exponent: Any) -> Tensor:
     dt = _result_dtype(input, exponent)
     if dt._category == _INT and isinstance(exponent, int) and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -230,7 +230,7 @@ def _is_bool(x: Any) -> bool:
 
 # ---- comparisons and logic (never differentiable) ----------------------------------------------------
 def _compare_into_bool(name: str) -> Any:
-    def compare(input: Any, other: Any) -> Any:
+    def compare(input: Tensor, other: Any) -> Any:
         if not isinstance(other, (Tensor, numbers.Number)):
             return NotImplemented
         ta = input if isinstance(input, Tensor) else other
@@ -335,7 +335,7 @@ def equal(input: Tensor, other: Tensor) -> bool:
 
 
 # ---- one-input functions -----------------------------------------------------------------------------
-def unary(prim: type, name: str, x: Tensor, to_float: bool = True) -> Tensor:
+def unary(prim: Any, name: str, x: Tensor, to_float: bool = True) -> Tensor:
     """Apply the elementwise primitive `prim`; integer and bool inputs become the default float dtype."""
     if to_float and x._dtype._category < _FLOAT:
         x = x.to(dtypes.get_default_dtype())
@@ -398,7 +398,7 @@ def neg(input: Tensor) -> Tensor:
 negative = neg
 
 
-def abs(input: Tensor) -> Tensor:  # noqa: A001
+def abs(input: Tensor) -> Tensor:
     return unary(fn.Abs, "abs", input, to_float=False)
 
 
@@ -431,14 +431,14 @@ trunc = _piecewise_constant("trunc")
 sign = _piecewise_constant("sign")
 
 
-def round(input: Tensor, *, decimals: int = 0) -> Tensor:  # noqa: A001
+def round(input: Tensor, *, decimals: int = 0) -> Tensor:
     if decimals == 0:
         return _piecewise_constant("round")(input)
     scale = 10.0**decimals
     return (input * scale).round() / scale
 
 
-def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:
     """Limit values to [min, max]; either bound may be a number or a tensor (PyTorch's clamp)."""
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
@@ -453,7 +453,7 @@ def clamp(input: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A
 clip = clamp
 
 
-def _clamp_side(x: Tensor, bound: Any, prim: type, name: str) -> Tensor:
+def _clamp_side(x: Tensor, bound: Any, prim: Any, name: str) -> Tensor:
     recording = state.enabled and (x._requires_grad or getattr(bound, "_requires_grad", False))
     if not recording:
         return binary(prim, name, x, bound, _result_dtype(x, bound))

@@ -94,9 +94,9 @@ def _bind() -> None:
     Tensor.__neg__ = math_ops.neg  # type: ignore[method-assign]
     Tensor.__pos__ = lambda self: self  # type: ignore[method-assign]
     Tensor.__abs__ = math_ops.abs  # type: ignore[method-assign]
-    Tensor.__invert__ = _invert  # type: ignore[attr-defined]
-    Tensor.__getitem__ = indexing.getitem  # type: ignore[attr-defined]
-    Tensor.__setitem__ = indexing.setitem  # type: ignore[attr-defined]
+    Tensor.__invert__ = _invert  # type: ignore[method-assign]
+    Tensor.__getitem__ = indexing.getitem  # type: ignore[method-assign]
+    Tensor.__setitem__ = indexing.setitem  # type: ignore[method-assign]
     Tensor.__array_priority__ = 1000  # type: ignore[attr-defined]  # numpy defers `ndarray op tensor` to us
     Tensor.where = _where  # type: ignore[attr-defined]
     Tensor.T = property(_transposed)  # type: ignore[attr-defined]

@@ -40,7 +40,7 @@ def _reduced_count(x: Tensor, axes: tuple[int, ...] | None) -> int:
     return x.numel() if axes is None else math.prod(x.shape[a] for a in axes)
 
 
-def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:  # noqa: A001
+def sum(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     axes = _axes(input, dim)
     if dtype is None:
         dtype = input._dtype if input._dtype._category >= _FLOAT else dtypes.int64
@@ -153,11 +153,11 @@ def _max_min(input: Tensor, dim: Any, keepdim: bool, other: Any, largest: bool) 
     return values_indices(values, indices)
 
 
-def max(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:  # noqa: A001
+def max(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
     return _max_min(input, dim, keepdim, other, largest=True)
 
 
-def min(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:  # noqa: A001
+def min(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:
     return _max_min(input, dim, keepdim, other, largest=False)
 
 
@@ -214,11 +214,11 @@ def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     return _make(input._ops.cumsum(input._data, axis, dtype.np), dtype, input._device, input._ops)
 
 
-def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return _logical_reduce(input, input._ops.all, dim, keepdim)
 
 
-def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A001
+def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return _logical_reduce(input, input._ops.any, dim, keepdim)
 
 
@@ -272,11 +272,13 @@ def log_softmax(input: Tensor, dim: int, dtype: Any = None) -> Tensor:
     return _softmax(fn.LogSoftmax, "log_softmax", input, dim, dtype)
 
 
-def _softmax(prim: type, name: str, x: Tensor, dim: Any, dtype: Any) -> Tensor:
+def _softmax(prim: Any, name: str, x: Tensor, dim: Any, dtype: Any) -> Tensor:
     if dtype is not None:
         x = x.to(dtype)
     if x._dtype._category < _FLOAT:
-        raise RuntimeError(f'"{name}_lastdim_kernel_impl" not implemented for \'{x._dtype.name}\': pass a floating tensor or dtype=')  # fmt: skip
+        raise RuntimeError(
+            f'"{name}_lastdim_kernel_impl" not implemented for \'{x._dtype.name}\': pass a floating tensor or dtype='
+        )
     ndim = x._data.ndim
     if type(dim) is not int or not -ndim <= dim < ndim:
         if dim is None:

@@ -44,7 +44,7 @@ def infer_shape(shape: tuple[int, ...], numel: int) -> tuple[int, ...]:
     return shape
 
 
-def _movement(prim: type, x: Tensor, raw: Any, **kw: Any) -> Tensor:
+def _movement(prim: Any, x: Tensor, raw: Any, **kw: Any) -> Tensor:
     if state.enabled and x._requires_grad:
         return prim.apply(x, **kw)
     return _make(raw, x._dtype, x._device, x._ops)
@@ -52,12 +52,13 @@ def _movement(prim: type, x: Tensor, raw: Any, **kw: Any) -> Tensor:
 
 def reshape(input: Tensor, *shape: Any) -> Tensor:
     """A view when the strides allow it, else a copy (PyTorch's reshape)."""
+    target: Any = shape
     if input._requires_grad and state.enabled:
         return fn.Reshape.apply(input, shape=infer_shape(_sizes(shape), input._data.size))
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
+        target = shape[0]
     try:  # numpy's reshape has PyTorch's semantics (view if possible, -1 inferred); its errors are reworded below
-        out = input._data.reshape(shape)
+        out = input._data.reshape(target)
     except (ValueError, TypeError):
         out = input._data.reshape(infer_shape(_sizes(shape), input._data.size))
     return _make(out, input._dtype, input._device, input._ops)

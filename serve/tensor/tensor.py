@@ -477,6 +477,10 @@ class Tensor:
 
         def __setitem__(self, index: Any, value: Any) -> None: ...
 
+        def __eq__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+
+        def __ne__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+
         def __lt__(self, other: Any) -> Tensor: ...
 
         def __le__(self, other: Any) -> Tensor: ...
