@@ -7,10 +7,15 @@ matrix products, softmax), as PyTorch does on CPU.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+# PyTorch computes 1/0, log(-1) and overflow silently (inf, nan); numpy warns. Silence numpy's floating-point
+# RuntimeWarnings raised from serve's own modules only: an np.errstate block per op would cost more than the op.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"serve(\.|$)")
 
 ndarray = np.ndarray
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))

@@ -121,8 +121,8 @@ def attach(node: Node, outputs: Sequence[Tensor], inputs: Sequence[Any]) -> None
     node._next = tuple(edge_of(t) if isinstance(t, Tensor) else None for t in inputs)
     node._out_meta = tuple((t.shape, t._dtype, t._device, t._ops) for t in outputs)
     for i, t in enumerate(outputs):
-        if id(t) in node._non_differentiable:
-            continue
+        if id(t) in node._non_differentiable or not (t._dtype.is_floating_point or t._dtype.is_complex):
+            continue  # integer and bool outputs (indices, masks) never require grad, as in PyTorch
         t._grad_fn, t._output_nr, t._requires_grad = node, i, True
 
 

@@ -72,6 +72,10 @@ _scalar_result = dtypes.scalar_result
 
 def binary(prim: Any, name: str, a: Any, b: Any, dt: dtype | None = None) -> Tensor:
     """Apply the broadcasting primitive `prim` (backend function `name`) in dtype `dt` (default: promoted)."""
+    if not isinstance(a, Tensor) and type(a) not in _PY_SCALARS:
+        a = _array_operand(a, b)
+    elif not isinstance(b, Tensor) and type(b) not in _PY_SCALARS:
+        b = _array_operand(b, a)
     if isinstance(a, Tensor):
         ta = a
         if isinstance(b, Tensor):
@@ -107,6 +111,18 @@ def binary(prim: Any, name: str, a: Any, b: Any, dt: dtype | None = None) -> Ten
     if out.dtype is not npdt and out.dtype != npdt:
         out = out.astype(npdt)
     return _make(out, dt, ta._device, ops)
+
+
+_PY_SCALARS = frozenset((bool, int, float, complex))
+
+
+def _array_operand(v: Any, like: Tensor) -> Any:
+    """A numpy array (or anything with __array__) meeting a tensor becomes a tensor, as in PyTorch."""
+    if isinstance(v, numbers.Number) or not hasattr(v, "__array__"):
+        return v
+    from serve.tensor.creation import as_tensor
+
+    return as_tensor(v, device=like._device)
 
 
 def _wrapped(v: Any, dt: dtype, ops: Any) -> Any:
