@@ -161,7 +161,7 @@ def sigmoid(a: np.ndarray) -> np.ndarray:
 
 
 def relu(a: np.ndarray) -> np.ndarray:
-    return np.maximum(a, 0, dtype=a.dtype)
+    return np.maximum(a, 0)  # a Python 0 keeps a's dtype (NEP 50)
 
 
 # Cephes erf/erfc rational approximations (public domain, S. Moshier), evaluated in float64.
@@ -217,7 +217,8 @@ def _acc(a: np.ndarray) -> np.ndarray:
 def sum(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:
     if a.dtype.num in _HALF_NUMS:
         return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=np.float32).astype(dt))
-    return np.asarray(np.sum(a, axis=axis, keepdims=keepdims, dtype=dt))
+    # positional arguments: numpy's keyword parsing costs as much as a small reduction
+    return np.asarray(_add_reduce(a, axis, dt, None, keepdims))  # type: ignore[call-overload]
 
 
 def prod(a: np.ndarray, axis: Any, keepdims: bool, dt: np.dtype) -> np.ndarray:

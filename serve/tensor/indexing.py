@@ -64,6 +64,14 @@ def _checked(x: Tensor, index: Any) -> Any:
 
 
 def getitem(self: Tensor, index: Any) -> Tensor:
+    if type(index) is int and self._data.ndim and not (self._requires_grad and state.enabled):
+        try:
+            out = _make(self._data[index], self._dtype, self._device, self._ops)
+        except IndexError:
+            pass  # the full path below raises with PyTorch's wording
+        else:
+            out._view = (self, index)
+            return out
     idx = convert_index(index, self._ops)
     if state.enabled and self._requires_grad:
         _checked(self, idx)

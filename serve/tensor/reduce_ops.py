@@ -27,6 +27,8 @@ def _axes(x: Tensor, dim: Any) -> tuple[int, ...] | None:
     """Normalised reduction axes; None means all of them."""
     if dim is None:
         return None
+    if type(dim) is int and -x._data.ndim <= dim < x._data.ndim:
+        return (dim % x._data.ndim,)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     if not dims:
         return None

@@ -239,6 +239,9 @@ def repeat(input: Tensor, *sizes: Any) -> Tensor:
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0, *, out: Any = None) -> Tensor:
+    fast = _cat_same_dtype_no_grad(tensors, dim)
+    if fast is not None:
+        return fast
     if isinstance(tensors, Tensor) or not len(tensors):
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     # PyTorch skips legacy empty 1-D tensors of shape (0,)
@@ -266,6 +269,23 @@ def cat(tensors: Sequence[Tensor], dim: int = 0, *, out: Any = None) -> Tensor:
 
 
 concat = concatenate = cat
+
+
+def _cat_same_dtype_no_grad(tensors: Any, dim: Any) -> Tensor | None:
+    """The common case in one backend call; None sends anything unusual (and every error) to the full path."""
+    if type(tensors) not in (list, tuple) or not tensors or type(dim) is not int:
+        return None
+    ref = tensors[0]
+    dt = ref._dtype
+    recording = state.enabled
+    for t in tensors:
+        if type(t) is not Tensor or t._dtype is not dt or (recording and t._requires_grad):
+            return None
+    try:
+        data = ref._ops.concatenate([t._data for t in tensors], dim)
+    except (ValueError, IndexError, TypeError):
+        return None
+    return _make(data, dt, ref._device, ref._ops)
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
