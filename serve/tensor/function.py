@@ -34,6 +34,10 @@ class Primitive(Function):
             node = Node(cls)
             node.__dict__.update(kw)
             node._inputs = inputs
+            # shapes and dtypes outlive release(), so backward formulas that need only these (add, sum,
+            # reshape, ...) can run a second time without retain_graph, as in PyTorch
+            node.input_shapes = tuple(t._data.shape for t in inputs)
+            node.input_dtypes = tuple(t._dtype for t in inputs)
             node.needs_input_grad = tuple(t._requires_grad for t in inputs)
             out = cls.forward(node, ops, *arrays, **kw)
             t = _make(out, _DTYPE_OF(out.dtype), x._device, ops)
@@ -65,7 +69,7 @@ class Cast(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        src = ctx.inputs[0]._dtype
+        src = ctx.input_dtypes[0]
         return g.to(src) if (src.is_floating_point or src.is_complex) else None
 
 
@@ -258,8 +262,8 @@ class Add(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.inputs
-        return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+        sa, sb = ctx.input_shapes
+        return unbroadcast(g, sa), unbroadcast(g, sb)
 
 
 class Sub(Primitive):
@@ -269,8 +273,8 @@ class Sub(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.inputs
-        return unbroadcast(g, a.shape), unbroadcast(-g, b.shape)
+        sa, sb = ctx.input_shapes
+        return unbroadcast(g, sa), unbroadcast(-g, sb)
 
 
 class Mul(Primitive):
@@ -376,10 +380,10 @@ class Sum(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        x = ctx.inputs[0]
+        shape = ctx.input_shapes[0]
         if not ctx.keepdim and ctx.axis is not None:
-            g = g.reshape(_keepdim_shape(x.shape, ctx.axis))
-        return g.expand(x.shape)
+            g = g.reshape(_keepdim_shape(shape, ctx.axis))
+        return g.expand(shape)
 
 
 class Amax(Primitive):
@@ -559,7 +563,7 @@ class Reshape(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        return g.reshape(ctx.inputs[0].shape)
+        return g.reshape(ctx.input_shapes[0])
 
 
 class View(Primitive):
@@ -575,7 +579,7 @@ class View(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        return g.reshape(ctx.inputs[0].shape)
+        return g.reshape(ctx.input_shapes[0])
 
 
 class Expand(Primitive):
@@ -585,7 +589,7 @@ class Expand(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        return g.sum_to_size(ctx.inputs[0].shape)
+        return g.sum_to_size(ctx.input_shapes[0])
 
 
 class Permute(Primitive):
@@ -629,7 +633,7 @@ class Cat(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        sizes = [t.shape[ctx.axis] for t in ctx.inputs]
+        sizes = [shape[ctx.axis] for shape in ctx.input_shapes]
         return tuple(g.split(sizes, ctx.axis))
 
 

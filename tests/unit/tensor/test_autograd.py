@@ -949,3 +949,16 @@ def test_mlp_training_step_matches_torch():
         res.append((loss, w1.grad, w2.grad))
     for a, b in zip(*res):
         assert_close(a, b, atol=1e-5)
+
+
+def test_second_backward_through_nodes_that_save_only_shapes():
+    # PyTorch's AddBackward/SumBackward/ExpandBackward save no tensors, so a second backward needs no retain_graph
+    x = serve.randn(3, requires_grad=True)
+    y = (x + 1).reshape(3, 1).expand(3, 2)
+    y.sum().backward()
+    y.sum().backward()
+    assert x.grad.tolist() == [4.0, 4.0, 4.0]
+    z = x * x
+    z.sum().backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        z.sum().backward()
