@@ -7,8 +7,8 @@ topological order, adds up the gradients reaching each output with `+`, and call
 node. Backward formulas are written with Tensor operations, so `create_graph=True` records them and a
 second derivative works.
 
-Known limit: tensors saved for backward carry no version counter, so modifying one in place after it
-was used (which PyTorch reports as an error) silently gives a wrong gradient here.
+Tensors saved for backward are checked against their storage's version counter (`versions.py`), so an
+in-place change of a saved tensor raises PyTorch's error instead of giving a wrong gradient.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from serve.tensor import grad_mode
+from serve.tensor import grad_mode, versions
 from serve.tensor.grad_mode import set_grad_enabled, state
 
 if TYPE_CHECKING:
@@ -40,6 +40,11 @@ class Node:
         self._inputs: tuple[Any, ...] = ()
         self._out_meta: tuple[Any, ...] = ()
         self._saved: tuple[Any, ...] = ()
+        self._saved_versions: tuple[int, ...] = ()
+        self._input_versions: tuple[int, ...] = ()
+        self.input_shapes: tuple[tuple[int, ...], ...] = ()  # kept after release(), unlike the inputs
+        self.input_dtypes: tuple[Any, ...] = ()
+        self._out_version = 0
         self._out_data: Any = None
         self._released = False
         self._retained: dict[int, Any] | None = None
@@ -50,11 +55,13 @@ class Node:
     # -- the ctx API of torch.autograd.Function -----------------------------------------------------
     def save_for_backward(self, *tensors: Any) -> None:
         self._saved = tensors
+        self._saved_versions = tuple(versions.version(t._data) if t is not None else 0 for t in tensors)
 
     @property
     def saved_tensors(self) -> tuple[Any, ...]:
         if self._released:
             raise RuntimeError(_FREED)
+        versions.check(self._saved, self._saved_versions, self.name())
         return self._saved
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
@@ -71,7 +78,15 @@ class Node:
     def inputs(self) -> tuple[Any, ...]:
         if self._released:
             raise RuntimeError(_FREED)
+        versions.check(self._inputs, self._input_versions, self.name())
         return self._inputs
+
+    def input(self, i: int) -> Any:
+        """Input `i` alone (the others may have changed in place since without harm)."""
+        if self._released:
+            raise RuntimeError(_FREED)
+        versions.check(self._inputs[i : i + 1], self._input_versions[i : i + 1], self.name())
+        return self._inputs[i]
 
     @property
     def output(self) -> Tensor:
@@ -83,6 +98,7 @@ class Node:
         _, dtype, device, ops = self._out_meta[0]
         t = _make(self._out_data, dtype, device, ops)
         t._grad_fn, t._requires_grad = self, True
+        versions.check((t,), (self._out_version,), self.name())
         return t
 
     def name(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from serve.tensor import dtypes
+from serve.tensor import dtypes, versions
 from serve.tensor.autograd import Function, Node, attach
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make
@@ -38,11 +38,13 @@ class Primitive(Function):
             # reshape, ...) can run a second time without retain_graph, as in PyTorch
             node.input_shapes = tuple(t._data.shape for t in inputs)
             node.input_dtypes = tuple(t._dtype for t in inputs)
+            node._input_versions = tuple(versions.version(t._data) for t in inputs)
             node.needs_input_grad = tuple(t._requires_grad for t in inputs)
             out = cls.forward(node, ops, *arrays, **kw)
             t = _make(out, _DTYPE_OF(out.dtype), x._device, ops)
             if cls.saves_output:
                 node._out_data = t._data
+                node._out_version = versions.version(t._data)
             attach(node, (t,), inputs)
             return t
         out = cls.forward(None, ops, *arrays, **kw)
@@ -365,10 +367,11 @@ class Where(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        cond, a, b = ctx.inputs
+        cond = ctx.input(0)  # only the condition's values are needed, as in PyTorch
+        _, sa, sb = ctx.input_shapes
         zero = g.new_zeros(())
-        ga = unbroadcast(Where.apply(cond, g, zero), a.shape) if ctx.needs_input_grad[1] else None
-        gb = unbroadcast(Where.apply(cond, zero, g), b.shape) if ctx.needs_input_grad[2] else None
+        ga = unbroadcast(Where.apply(cond, g, zero), sa) if ctx.needs_input_grad[1] else None
+        gb = unbroadcast(Where.apply(cond, zero, g), sb) if ctx.needs_input_grad[2] else None
         return None, ga, gb
 
 
@@ -672,8 +675,7 @@ class Index(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        x = ctx.inputs[0]
-        return IndexBackward.apply(g, shape=x.shape, index=ctx.index)
+        return IndexBackward.apply(g, shape=ctx.input_shapes[0], index=ctx.index)
 
 
 class IndexBackward(Primitive):
@@ -707,9 +709,8 @@ class IndexPut(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        v = ctx.inputs[1]
         gx = IndexPut.apply(g, g.new_zeros(()), index=ctx.index) if ctx.needs_input_grad[0] else None
-        gv = unbroadcast(Index.apply(g, index=ctx.index), v.shape) if ctx.needs_input_grad[1] else None
+        gv = unbroadcast(Index.apply(g, index=ctx.index), ctx.input_shapes[1]) if ctx.needs_input_grad[1] else None
         return gx, gv
 
 
@@ -720,8 +721,7 @@ class Gather(Primitive):
 
     @staticmethod
     def backward(ctx, g):
-        x, index = ctx.inputs
-        return ScatterAdd.apply(g, index, shape=x.shape, axis=ctx.axis), None
+        return ScatterAdd.apply(g, ctx.input(1), shape=ctx.input_shapes[0], axis=ctx.axis), None
 
 
 class ScatterAdd(Primitive):
@@ -735,8 +735,7 @@ class ScatterAdd(Primitive):
 
     @staticmethod
     def backward(ctx, gg):
-        index = ctx.inputs[1]
-        return Gather.apply(gg, index, axis=ctx.axis), None
+        return Gather.apply(gg, ctx.input(1), axis=ctx.axis), None
 
 
 __all__ = [name for name, obj in list(globals().items()) if isinstance(obj, type) and issubclass(obj, Primitive)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve.tensor import dtypes
+from serve.tensor import dtypes, versions
 from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.inplace import assign, check_inplace
@@ -97,6 +97,7 @@ def setitem(self: Tensor, index: Any, value: Any) -> None:
             self._data[idx] = value._data if isinstance(value, Tensor) else value
         except ValueError as e:
             raise RuntimeError(f"shape mismatch in index assignment: {e}") from None
+        versions.bump(self._data)
         return
     if not isinstance(value, Tensor):
         value = _make(self._ops.asarray(value, dtype=self._dtype.np), self._dtype, self._device, self._ops)

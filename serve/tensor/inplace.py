@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from serve.tensor import dtypes
+from serve.tensor import dtypes, versions
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make
 
@@ -79,6 +79,7 @@ def assign(self: Tensor, compute: Callable[[Tensor], Tensor]) -> Tensor:
     if result._dtype is not self._dtype:
         result = result.to(self._dtype)
     self._ops.copyto(self._data, result._data)
+    versions.bump(self._data)
     _record(self, shadow, result)
     return self
 
@@ -118,9 +119,11 @@ def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
             ) from None
     if not (state.enabled and (self._requires_grad or src._requires_grad)):
         self._ops.copyto(self._data, src._data)
+        versions.bump(self._data)
         return self
     shadow = _shadow(self, copy=False)  # the old value is not needed: its gradient is zero
     self._ops.copyto(self._data, src._data)
+    versions.bump(self._data)
     _record(self, shadow, src)
     return self
 
@@ -134,6 +137,7 @@ def fill_(self: Tensor, value: Any) -> Tensor:
             )
         value = value.item()
     self._data[...] = value
+    versions.bump(self._data)
     if state.enabled and self._requires_grad:
         _record(self, _shadow(self, copy=False), self.detach())
     return self

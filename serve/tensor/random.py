@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from serve.backend import as_device, get_ops
-from serve.tensor import dtypes
+from serve.tensor import dtypes, versions
 from serve.tensor.creation import _sizes
 from serve.tensor.dtypes import dtype as Dtype
 from serve.tensor.inplace import check_inplace
@@ -154,6 +154,7 @@ def bernoulli(input: Tensor, p: Any = None, *, generator: Generator | None = Non
 def _fill_from(self: Tensor, values: Any) -> Tensor:
     check_inplace(self)
     self._ops.copyto(self._data, values.astype(self._dtype.np, copy=False))
+    versions.bump(self._data)
     return self
 
 

@@ -962,3 +962,55 @@ def test_second_backward_through_nodes_that_save_only_shapes():
     z.sum().backward()
     with pytest.raises(RuntimeError, match="retain_graph=True"):
         z.sum().backward()
+
+
+def test_modifying_a_saved_tensor_in_place_raises_like_pytorch():
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    y = x.exp()  # ExpBackward saves its output
+    y.add_(1)
+    with pytest.raises(
+        RuntimeError, match=r"modified by an inplace operation.*ExpBackward0.*version 1; expected version 0"
+    ):
+        y.sum().backward()
+
+
+def test_in_place_after_use_is_fine_when_nothing_saved_it():
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2  # MulBackward saves x and the scalar, not y
+    y.add_(1)
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+    a = serve.tensor([1.0, -1.0], requires_grad=True)
+    b = a.clone()
+    out = serve.where(a > 0, b, serve.zeros(2))  # where saves only its condition
+    b.mul_(3)
+    out.sum().backward()
+    assert a.grad.tolist() == [1.0, 0.0]  # what PyTorch gives: out took b before the in-place change
+
+
+def test_writes_through_a_view_bump_the_base_version():
+    x = serve.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x.sigmoid()
+    y[1:].zero_()  # a view of y's storage
+    with pytest.raises(RuntimeError, match="SigmoidBackward0"):
+        y.sum().backward()
+
+
+def test_custom_function_saved_tensor_modified_in_place_raises():
+    class Square(serve.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            ctx.save_for_backward(t)
+            return t * t
+
+        @staticmethod
+        def backward(ctx, g):
+            (t,) = ctx.saved_tensors
+            return 2 * t * g
+
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    h = x + 0
+    out = Square.apply(h)
+    h.mul_(5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
