@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections import namedtuple
 from typing import Any
 
-from serve.tensor import dtypes
+from serve.tensor import dtypes, return_types
 from serve.tensor import function as fn
 from serve.tensor.grad_mode import state
 from serve.tensor.tensor import Tensor, _make, wrap_dim
 
 _FLOAT = dtypes._FLOAT
 
-values_indices = namedtuple("values_indices", ["values", "indices"])
 _TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}  # fmt: skip
 
@@ -152,7 +150,7 @@ def _max_min(input: Tensor, dim: Any, keepdim: bool, other: Any, largest: bool) 
     values = input.gather(axis, indices) if input.ndim else input.clone()
     if not keepdim and input.ndim:
         values, indices = values.squeeze(axis), indices.squeeze(axis)
-    return values_indices(values, indices)
+    return (return_types.max if largest else return_types.min)(values, indices)
 
 
 def max(input: Tensor, dim: Any = None, keepdim: bool = False, *, other: Any = None) -> Any:

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
 from typing import Any
 
-from serve.tensor import dtypes
+from serve.tensor import dtypes, return_types
 from serve.tensor.tensor import Tensor, _make, wrap_dim
-
-sort_result = namedtuple("sort_result", ["values", "indices"])
 
 
 def _indices(x: Tensor, raw: Any) -> Tensor:
@@ -18,11 +15,11 @@ def _indices(x: Tensor, raw: Any) -> Tensor:
 def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
     """Sorted values and their indices along `dim`; ties keep their order (a stable sort), NaN sorts last."""
     if input.ndim == 0:
-        return sort_result(input.clone(), _indices(input, input._ops.zeros((), "int64")))
+        return return_types.sort(input.clone(), _indices(input, input._ops.zeros((), "int64")))
     axis = wrap_dim(dim, input.ndim)
     _, raw_idx = input._ops.sort(input._data, axis, descending)
     idx = _indices(input, raw_idx)
-    return sort_result(input.gather(axis, idx), idx)
+    return return_types.sort(input.gather(axis, idx), idx)
 
 
 def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
@@ -38,18 +35,18 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     if input.ndim == 0:
         if k > 1:
             raise RuntimeError("selected index k out of range")
-        return sort_result(input.clone(), _indices(input, input._ops.zeros((), "int64")))
+        return return_types.topk(input.clone(), _indices(input, input._ops.zeros((), "int64")))
     axis = wrap_dim(dim, input.ndim)
     n = input.shape[axis]
     if not 0 <= k <= n:
         raise RuntimeError(f"selected index k out of range: k={k} but dimension {axis} has size {n}")
     _, raw_idx = input._ops.topk(input._data, k, axis, largest)
     idx = _indices(input, raw_idx)
-    return sort_result(input.gather(axis, idx), idx)
+    return return_types.topk(input.gather(axis, idx), idx)
 
 
 def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> Any:
     axis = wrap_dim(dim, input.ndim)
     values, indices = sort(input, axis)
     v, i = values.narrow(axis, k - 1, 1), indices.narrow(axis, k - 1, 1)
-    return sort_result(v, i) if keepdim else sort_result(v.squeeze(axis), i.squeeze(axis))
+    return return_types.kthvalue(v, i) if keepdim else return_types.kthvalue(v.squeeze(axis), i.squeeze(axis))
