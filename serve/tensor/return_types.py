@@ -12,7 +12,7 @@ def _values_indices(name: str) -> Any:
     def __repr__(self: Any) -> str:
         return f"serve.return_types.{name}(\nvalues={self.values!r},\nindices={self.indices!r})"
 
-    cls.__repr__ = __repr__
+    cls.__repr__ = __repr__  # type: ignore[method-assign]
     cls.__module__ = "serve.return_types"
     return cls
 
