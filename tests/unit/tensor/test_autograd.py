@@ -11,6 +11,20 @@ from tests.helpers import assert_close, needs_torch, to_numpy, torch
 # ---- the beginner examples -----------------------------------------------------------------------------
 
 
+class Square(serve.autograd.Function):
+    """x * x with a backward written in differentiable ops (so create_graph works through it)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
 def test_linear_scalar_example():
     x = serve.tensor(3.0)
     w = serve.tensor(4.0, requires_grad=True)
@@ -755,17 +769,6 @@ def test_setup_context_style():
 
 def test_custom_function_double_backward():
     # backward written with differentiable ops: create_graph gives a second derivative through it
-    class Square(serve.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 2 * x * g
-
     x = serve.tensor([1.0, 3.0], requires_grad=True)
     (g,) = serve.autograd.grad(Square.apply(x).sum(), x, create_graph=True)
     np.testing.assert_array_equal(g.detach().numpy(), [2.0, 6.0])
@@ -997,17 +1000,6 @@ def test_writes_through_a_view_bump_the_base_version():
 
 
 def test_custom_function_saved_tensor_modified_in_place_raises():
-    class Square(serve.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            ctx.save_for_backward(t)
-            return t * t
-
-        @staticmethod
-        def backward(ctx, g):
-            (t,) = ctx.saved_tensors
-            return 2 * t * g
-
     x = serve.tensor([1.0, 2.0], requires_grad=True)
     h = x + 0
     out = Square.apply(h)
