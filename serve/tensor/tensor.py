@@ -11,8 +11,7 @@ import builtins
 import copy as _copy
 from typing import TYPE_CHECKING, Any
 
-from serve.backend import CPU, as_device, device, get_ops
-from serve.backend import ops_cpu as _cpu_ops
+from serve.backend import CPU, as_device, device
 from serve.tensor import dtypes
 from serve.tensor.dtypes import dtype
 
@@ -52,13 +51,6 @@ def _make(data: Any, dt: dtype, dev: device, ops: Any) -> Tensor:
     t._grad = None
     t._output_nr = 0
     return t
-
-
-def wrap_cpu(data: Any, dt: dtype | None = None) -> Tensor:
-    """A CPU Tensor around a numpy array (its dtype decides the serve dtype unless `dt` is given)."""
-    if dt is None:
-        dt = dtypes.from_numpy_dtype(data.dtype)
-    return _make(data, dt, CPU, _cpu_ops)
 
 
 class Tensor:
@@ -504,6 +496,3 @@ def wrap_dim(dim: Any, ndim: int) -> int:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
     return dim + n if dim < 0 else dim
 
-
-def ops_for(dev: device) -> Any:
-    return get_ops(dev)
