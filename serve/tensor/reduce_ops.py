@@ -68,8 +68,9 @@ def mean(input: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = 
     return sum(input, axes, keepdim) / n if n else sum(input, axes, keepdim) * float("nan")
 
 
-def _var_args(input: Tensor, dim: Any, unbiased: Any, correction: Any) -> tuple[Any, Any]:
-    """(dim, correction) from var/std's arguments: `correction` (default 1, Bessel) or the older `unbiased` flag."""
+def _centered(input: Tensor, dim: Any, unbiased: Any, correction: Any) -> tuple[Tensor, Any, int]:
+    """(input - its mean, the reduction axes, degrees of freedom) from var/std's arguments:
+    `correction` (default 1, Bessel) or the older `unbiased` flag, as in PyTorch."""
     if isinstance(unbiased, bool) or dim is True or dim is False:
         if isinstance(dim, bool):
             unbiased, dim = dim, None
@@ -78,32 +79,28 @@ def _var_args(input: Tensor, dim: Any, unbiased: Any, correction: Any) -> tuple[
         correction = 1
     if input._dtype._category < _FLOAT:
         raise RuntimeError(f"std and var only support floating point and complex dtypes, got {input._dtype.name}")
-    return dim, correction
+    axes = _axes(input, dim)
+    dof = _reduced_count(input, axes) - correction
+    return input - mean(input, axes, keepdim=True), axes, dof
 
 
 def var(
     input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
 ) -> Tensor:
     """Variance over `dim`; `correction` (default 1, Bessel) or the older `unbiased` flag, like PyTorch."""
-    dim, correction = _var_args(input, dim, unbiased, correction)
-    axes = _axes(input, dim)
-    n = _reduced_count(input, axes)
-    centered = input - mean(input, axes, keepdim=True)
-    return sum(centered * centered, axes, keepdim) / builtins.max(n - correction, 0)  # `max` is ours here
+    centered, axes, dof = _centered(input, dim, unbiased, correction)
+    return sum(centered * centered, axes, keepdim) / builtins.max(dof, 0)  # `max` is ours here
 
 
 def std(
     input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None
 ) -> Tensor:
     """Standard deviation over `dim` (arguments as for `var`); its gradient is 0 where it is 0, like PyTorch's."""
-    dim, correction = _var_args(input, dim, unbiased, correction)
-    axes = _axes(input, dim)
-    n = _reduced_count(input, axes)
-    if n - correction <= 0:  # no degrees of freedom: nan or inf, with PyTorch's nan gradient
-        return var(input, axes, keepdim=keepdim, correction=correction).sqrt()
-    centered = input - mean(input, axes, keepdim=True)
+    centered, axes, dof = _centered(input, dim, unbiased, correction)
+    if dof <= 0:  # no degrees of freedom: nan or inf, with PyTorch's nan gradient
+        return (sum(centered * centered, axes, keepdim) / 0).sqrt()
     # sqrt(sum(c * c)) is the 2-norm, whose primitive masks the gradient where the norm is 0 (sqrt' is inf there)
-    return fn.Norm2.apply(centered, axis=axes, keepdim=keepdim) / math.sqrt(builtins.max(n - correction, 0))
+    return fn.Norm2.apply(centered, axis=axes, keepdim=keepdim) / math.sqrt(dof)
 
 
 def var_mean(input: Tensor, dim: Any = None, *, correction: Any = 1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
