@@ -126,7 +126,7 @@ class Module:
         if isinstance(value, Parameter):
             if params is None:
                 raise AttributeError("cannot assign parameters before Module.__init__() call")
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             self.register_parameter(name, value)
         elif params is not None and name in params:
             if value is not None:
@@ -138,7 +138,7 @@ class Module:
         elif isinstance(value, Module):
             if params is None:
                 raise AttributeError("cannot assign module before Module.__init__() call")
-            self._forget(name)
+            self._forget(name, keep="_modules")
             self._modules[name] = value
         elif params is not None and name in d["_modules"]:
             if value is not None:
@@ -148,7 +148,7 @@ class Module:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' (Tensor or None expected)")
             if isinstance(value, Buffer):
-                self._forget(name)
+                self._forget(name, keep="_buffers")
                 persistent = value.persistent
             else:
                 persistent = name not in self._non_persistent_buffers_set
@@ -156,13 +156,15 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
-        """Remove `name` from every registry and the instance dict (before registering it anew)."""
+    def _forget(self, name: str, keep: str) -> None:
+        """Remove `name` from the instance dict and the other registries; `keep` keeps its place in its own."""
         d = self.__dict__
         d.pop(name, None)
         for registry in ("_parameters", "_buffers", "_modules"):
-            d[registry].pop(name, None)
-        d["_non_persistent_buffers_set"].discard(name)
+            if registry != keep:
+                d[registry].pop(name, None)
+        if keep != "_buffers":
+            d["_non_persistent_buffers_set"].discard(name)
 
     def __delattr__(self, name: str) -> None:
         d = self.__dict__

@@ -266,9 +266,9 @@ class ParameterList(Module):
         for i, p in enumerate(self):
             if isinstance(p, Tensor):
                 kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
-                lines.append(f"({i}): {kind} containing: [{p.dtype} of size {'x'.join(map(str, p.shape))}]")
+                lines.append(f"  ({i}): {kind} containing: [{p.dtype} of size {'x'.join(map(str, p.shape))}]")
             else:
-                lines.append(f"({i}): Object of type: {type(p).__name__}")
+                lines.append(f"  ({i}): Object of type: {type(p).__name__}")
         return "\n".join(lines)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
