@@ -1,0 +1,37 @@
+"""Reference models written with serve.nn whose state_dict keys equal the PyTorch originals.
+
+Vision: MLP, LeNet, ResNet (resnet18/34/50), MobileNetV2, VisionTransformer (vit_b_16). Text: BertModel,
+LSTMClassifier, and sentence-transformers pipelines (`all_minilm_l6_v2()`).
+"""
+
+from serve.zoo.bert import BaseModelOutputWithPooling, BertConfig, BertModel
+from serve.zoo.lenet import LeNet
+from serve.zoo.lstm_classifier import LSTMClassifier
+from serve.zoo.mlp import MLP
+from serve.zoo.mobilenet import MobileNetV2, mobilenet_v2
+from serve.zoo.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
+from serve.zoo.sentence import SentenceTransformer, all_minilm_l6_v2, from_pretrained, mean_pooling
+from serve.zoo.vit import VisionTransformer, vit_b_16
+
+__all__ = [
+    "MLP",
+    "BaseModelOutputWithPooling",
+    "BasicBlock",
+    "BertConfig",
+    "BertModel",
+    "Bottleneck",
+    "LSTMClassifier",
+    "LeNet",
+    "MobileNetV2",
+    "ResNet",
+    "SentenceTransformer",
+    "VisionTransformer",
+    "all_minilm_l6_v2",
+    "from_pretrained",
+    "mean_pooling",
+    "mobilenet_v2",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "vit_b_16",
+]
