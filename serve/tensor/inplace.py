@@ -92,10 +92,39 @@ def _name(dt: dtypes.dtype) -> str:
     return _NAMES.get(dt.name, dt.name)
 
 
+# `x += y` and friends on float tensors with no graph to record: one backend call writing into x's storage
+_DIRECT = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
+_DIRECT_DTYPES = (dtypes.float32, dtypes.float64)
+_SCALARS = (int, float, bool)
+
+
+def _writes_directly(self: Tensor, other: Any) -> Any:
+    """`other`'s array (or scalar) when `self op= other` can be one ufunc into self's storage, else None."""
+    if self._dtype not in _DIRECT_DTYPES:
+        return None
+    if type(other) in _SCALARS:
+        return None if state.enabled and self._requires_grad else other
+    if not isinstance(other, Tensor) or other._dtype is not self._dtype or other._device != self._device:
+        return None
+    if state.enabled and (self._requires_grad or other._requires_grad):
+        return None
+    so, ss = other._data.shape, self._data.shape
+    if so != ss and (len(so) > len(ss) or any(a != b and a != 1 for a, b in zip(so[::-1], ss[::-1]))):
+        return None
+    return other._data
+
+
 def inplace_version(op: Callable[..., Tensor]) -> Callable[..., Tensor]:
     """`op_` from `op`: the same operation written into the first argument."""
+    direct = _DIRECT.get(op.__name__)
 
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if direct is not None and len(args) == 1 and not kwargs:
+            operand = _writes_directly(self, args[0])
+            if operand is not None:
+                getattr(self._ops, direct)(self._data, operand, out=self._data)
+                versions.bump(self._data)
+                return self
         return assign(self, lambda old: op(old, *args, **kwargs))
 
     method.__name__ = op.__name__ + "_"

@@ -62,7 +62,8 @@ class BasicBlock(nn.Module):
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
-        return self.relu(out + identity)
+        out += identity  # in place, as torchvision: one pass, no new buffer
+        return self.relu(out)
 
 
 class Bottleneck(nn.Module):
@@ -99,7 +100,8 @@ class Bottleneck(nn.Module):
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+        out += identity  # in place, as torchvision: one pass, no new buffer
+        return self.relu(out)
 
 
 Block = type[BasicBlock] | type[Bottleneck]

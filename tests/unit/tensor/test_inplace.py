@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import serve
+from serve.tensor import versions
 from tests.helpers import assert_close, needs_torch, torch
 
 BASE = (np.arange(12, dtype=np.float32).reshape(3, 4) - 5) / 2
@@ -256,3 +257,25 @@ def test_copy_between_dtypes_and_shares():
         x.copy_([1, 2])
     with pytest.raises(RuntimeError, match="fill_ only supports 0-dimension value tensor"):
         x.fill_(serve.ones(2))
+
+
+def test_direct_inplace_path_matches_the_general_one():
+    # float tensors with no graph take one ufunc into the storage; results, views and versions must not change
+    base = serve.arange(12, dtype=serve.float32).reshape(3, 4)
+    view = base[1:]
+    before = versions.version(base._data)
+    with serve.no_grad():
+        view += serve.ones(4)
+        view *= 2
+        view.sub_(serve.tensor([[1.0], [2.0]]))
+        view /= 4
+    expected = (np.arange(12, dtype=np.float32).reshape(3, 4)[1:] + 1) * 2
+    expected = (expected - np.array([[1.0], [2.0]], dtype=np.float32)) / 4
+    np.testing.assert_allclose(base.numpy()[1:], expected)
+    assert versions.version(base._data) == before + 4
+    x = serve.ones(2, 3)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        x += serve.ones(4, 2, 3)
+    ints = serve.ones(2, dtype=serve.int64)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        ints += 1.5
