@@ -3,6 +3,7 @@
     .venv/bin/python bench/runtime.py                    # prints a markdown table
     .venv/bin/python bench/runtime.py --write            # also replaces the runtime table in bench/RESULTS.md
     .venv/bin/python bench/runtime.py --profile "ResNet-18 b8"   # cProfile of serve on one case
+    .venv/bin/python bench/runtime.py --case "ResNet-18 b8"      # time only that case
 
 serve runs under serve.no_grad() on numpy's BLAS, PyTorch under torch.inference_mode(). Each case is warmed up,
 then timed in 5 rounds of a serve block and a torch block (so both see the same machine load): `--runs` calls
@@ -156,9 +157,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls per case and library")
     parser.add_argument("--write", action="store_true", help="replace the runtime table in bench/RESULTS.md")
     parser.add_argument("--profile", metavar="CASE", help="profile serve on the case of this name instead")
+    parser.add_argument("--case", action="append", help="time only the case of this name (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
-    all_cases = cases()
+    all_cases = [c for c in cases() if not args.case or c[0] in args.case]
     if args.profile:
         chosen = [c for c in all_cases if c[0] == args.profile]
         if not chosen:

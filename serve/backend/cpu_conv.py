@@ -45,6 +45,8 @@ _HALF = frozenset((np.dtype(np.float16).num, np.dtype(ml_dtypes.bfloat16).num))
 # otherwise build a ~470 MB matrix. Measured on ResNet-18: a buffer that stays in the last-level cache while
 # the matmul reads it beats bigger chunks, and malloc reuses it instead of page-faulting a fresh one
 _CHUNK_BYTES = 8 << 20
+# a sample whose im2col columns pass this size is done in blocks of output rows that stay in the per-core L2
+_ROWS_BYTES = 2 << 20
 # depthwise accumulates tap by tap: a chunk of the output that stays in L2 between taps is ~3x faster
 _DEPTHWISE_BYTES = 1 << 20
 # below this many output pixels per sample, one matmul over the whole chunk beats one per sample
@@ -141,7 +143,11 @@ def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, ou
     win = _windows(xp, (kh, kw), stride, dilation, out)
     wm = w.reshape(groups, oc // groups, k)
     y = np.empty((n, oc) + out, xp.dtype)
-    for n0, n1 in _chunks(n, c * kh * kw * l * xp.itemsize):
+    row_bytes = c * kh * kw * out[1] * xp.itemsize  # the columns of one output row of one sample
+    if row_bytes * out[0] > _ROWS_BYTES:
+        _row_blocks(win, wm, y, max(1, _ROWS_BYTES // row_bytes))
+        return y
+    for n0, n1 in _chunks(n, row_bytes * out[0]):
         m = n1 - n0
         if groups == 1 and l < _SMALL_PLANE and m > 1:
             cols = np.ascontiguousarray(win[n0:n1].transpose(1, 2, 3, 0, 4, 5)).reshape(k, m * l)  # (C*kh*kw, m*L)
@@ -150,6 +156,18 @@ def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, ou
             stacked = np.ascontiguousarray(win[n0:n1]).reshape(m, groups, k, l)  # (m, G, C/G*kh*kw, L)
             np.matmul(wm, stacked, out=y[n0:n1].reshape(m, groups, oc // groups, l))  # (m, G, OC/G, L)
     return y
+
+
+def _row_blocks(win: np.ndarray, wm: np.ndarray, y: np.ndarray, rows: int) -> None:
+    """im2col over blocks of `rows` output rows of one sample at a time, for planes whose columns would overflow
+    the CPU's cache: the product then reads a block the copy has just written (ResNet's 56x56 layers ~20% faster)."""
+    groups, ocg, k = wm.shape
+    oh, ow = y.shape[2:]
+    for i in range(y.shape[0]):
+        for r0 in range(0, oh, rows):
+            r1 = min(oh, r0 + rows)
+            cols = np.ascontiguousarray(win[i, :, :, :, r0:r1]).reshape(groups, k, (r1 - r0) * ow)  # (G, K, rows*OW)
+            y[i, :, r0:r1] = np.matmul(wm, cols).reshape(groups * ocg, r1 - r0, ow)  # (G, OC/G, rows*OW)
 
 
 def _depthwise_flat(xp: np.ndarray, w: np.ndarray, dilation: Pair, out: Pair) -> np.ndarray:
@@ -274,16 +292,39 @@ def _lowest(dt: np.dtype) -> Any:
     return -np.inf if dt.kind == "f" or dt.num in _HALF else np.iinfo(dt).min
 
 
+def _separable_max(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair, out: Pair) -> np.ndarray:
+    """The max over rectangular windows as a max along H then along W, each tap one maximum over whole padded
+    planes flattened (long contiguous loops: numpy's per-row loop overhead made strided views 3x slower), then
+    one strided pick of the window starts. Windows that run past the input read the `lowest` padding, which
+    never wins; NaN propagates, as in PyTorch."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    bottom = max(padding[0], (out[0] - 1) * sh + (kh - 1) * dh + 1 - h - padding[0])
+    right = max(padding[1], (out[1] - 1) * sw + (kw - 1) * dw + 1 - w - padding[1])
+    xp = _pad(x, (padding[0], bottom, padding[1], right), _lowest(x.dtype))
+    hp, wp = xp.shape[2:]
+    planes = xp.reshape(n * c, hp * wp)
+    span = hp * wp - (kh - 1) * dh * wp
+    m = planes[:, :span].copy() if kh == 1 else np.maximum(planes[:, :span], planes[:, dh * wp : dh * wp + span])
+    for i in range(2, kh):
+        np.maximum(m, planes[:, i * dh * wp : i * dh * wp + span], out=m)
+    span -= (kw - 1) * dw
+    r = m[:, :span] if kw == 1 else np.maximum(m[:, :span], m[:, dw : dw + span])
+    for j in range(2, kw):
+        np.maximum(r, m[:, j * dw : j * dw + span], out=r)
+    e = r.itemsize
+    starts = as_strided(r, (n * c,) + out, (r.strides[0], sh * wp * e, sw * e), writeable=False)
+    return starts.reshape(n, c, *out)
+
+
 def max_pool2d(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair, out: Pair,
                with_indices: bool) -> tuple[np.ndarray, np.ndarray | None]:  # fmt: skip
     """Max over each window (padding never wins) and, if asked, its flat index h * W + w in the input plane."""
+    if not with_indices:
+        return _separable_max(x, kernel, stride, padding, dilation, out), None
     h, w = x.shape[2:]
     y = np.full(x.shape[:2] + out, _lowest(x.dtype), x.dtype)
     taps = _pool_taps((h, w), kernel, stride, padding, dilation, out)
-    if not with_indices:
-        for _, _, (ro, co), (ri, ci) in taps:
-            np.maximum(y[:, :, ro, co], x[:, :, ri, ci], out=y[:, :, ro, co])  # NaN propagates, as in PyTorch
-        return y, None
     # PyTorch starts from the first tap inside the input, so a window of -inf points there
     start = [np.arange(o) * s - p for o, s, p in zip(out, stride, padding)]
     first = [np.where(st < 0, st % d, st) for st, d in zip(start, dilation)]

@@ -394,5 +394,8 @@ def topk(a: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, n
 
 
 # ---- the nn primitives, one file per family (each lists its names in __all__) -------------------------
+from serve.backend import cpu_memory  # noqa: E402
 from serve.backend.cpu_conv import *  # noqa: E402, F403
 from serve.backend.cpu_nn import *  # noqa: E402, F403
+
+cpu_memory.keep_freed_buffers()  # activations reuse mapped heap memory instead of page-faulting fresh mmaps
