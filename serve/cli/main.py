@@ -6,8 +6,8 @@ import argparse
 import sys
 
 NOT_YET = (
-    "serve: the model server is not built yet (the server issue comes after the runtime, nn, checkpoint and "
-    "archive issues). What exists today is the tensor runtime; here it is computing a small example:"
+    "serve: the model server (REST, management, metrics, batching) is not built yet; it is the next issue. "
+    "What exists today is the runtime, checkpoints, archives and handlers; here the runtime computes a small example:"
 )
 
 

@@ -1,0 +1,277 @@
+"""`BaseHandler`: TorchServe's handler contract (`ts/torch_handler/base_handler.py`) on serve's runtime.
+
+    initialize(context)  -> picks the device, `self.model = self.load_model(context)`, reads index_to_name.json
+    handle(data, context) -> preprocess -> inference -> postprocess, one result per request
+
+`data` is what TorchServe delivers: a list with one dict per request, the payload under "data" or "body"
+(bytes, or JSON the frontend already parsed). `load_model` imports the manifest's `modelFile` (with torch
+compatibility when the manifest or model-config asks for it), builds its single `nn.Module` subclass with no
+arguments and loads `serializedFile` with `serve.load` + `find_state_dict`, strictly. A handler that builds its
+model itself overrides `load_model`. Built-in handlers read their settings from the model-config's `handler:`
+section, available as `self.handler_config`.
+
+Where we differ from TorchServe, on purpose:
+- Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
+  (`fn` raises ValueError, InvalidInput or PredictionException) answers with its own status code and the body
+  `{"code": ..., "type": ..., "message": ...}`, and the batch carries on with the other requests (TorchServe
+  fails the whole batch). An error outside a row (in inference, say) still fails the whole batch.
+- `explain_handle` raises PredictionException(501) unless the handler implements `get_insights` (TorchServe
+  raises AttributeError); `describe_handle` returns None, as TorchServe's.
+- A handler module used by name must define exactly one class, as TorchServe's loader requires.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import serve
+from serve.errors import InvalidInput, PredictionException
+from serve.serialization import find_state_dict
+from serve.worker.context import Context
+from serve.worker.handler_loader import classes_defined_in, import_user_file
+from serve.worker.torch_compat import torch_compat_enabled
+
+logger = logging.getLogger(__name__)
+
+RowDecoder = Callable[[Any], Any]
+
+
+class BaseHandler:
+    """Loads the archive's model and answers batches; subclasses override preprocess/inference/postprocess."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.mapping: dict[str, Any] | None = None
+        self.device: Any = None
+        self.initialized = False
+        self.context: Context | None = None
+        self.manifest: dict[str, Any] | None = None
+        self.model_dir = Path(".")
+        self.model_yaml_config: dict[str, Any] = {}
+        self.handler_config: dict[str, Any] = {}
+        self.explain = False
+        self._row_errors: dict[int, dict[str, Any]] = {}
+
+    # ---- loading -------------------------------------------------------------------------------------------
+
+    def initialize(self, context: Context) -> None:
+        properties = context.system_properties
+        self.context = context
+        self.manifest = context.manifest
+        self.model_dir = Path(properties["model_dir"])
+        self.model_yaml_config = context.model_yaml_config or {}
+        self.handler_config = self.model_yaml_config.get("handler") or {}
+        self.device = select_device(properties.get("gpu_id"))
+        self.model = self.load_model(context)
+        self.mapping = load_label_mapping(self.model_dir / "index_to_name.json")
+        self.initialized = True
+
+    def load_model(self, context: Context) -> Any:
+        """The manifest's model file's single Module class, built with no arguments, loaded, in eval mode."""
+        model_info = (context.manifest or {}).get("model") or {}
+        model_file = model_info.get("modelFile")
+        if not model_file:
+            raise RuntimeError(
+                f"model {context.model_name!r} has no model file (manifest model.modelFile): archive it with "
+                "model-archiver --model-file model.py, or override load_model() in the handler to build the model"
+            )
+        compat = torch_compat_enabled(context.manifest, context.model_yaml_config)
+        module = import_user_file(self.model_dir, model_file, torch_compat=compat)
+        classes = classes_defined_in(module, serve.nn.Module)
+        if len(classes) != 1:
+            names = ", ".join(c.__name__ for c in classes) or "none"
+            raise ValueError(
+                f"model file {model_file!r} must define exactly one nn.Module subclass to build, found {len(classes)} "
+                f"({names}): move helper modules to another file, or override load_model() in the handler"
+            )
+        model = classes[0]()
+        serialized = model_info.get("serializedFile")
+        if serialized:
+            checkpoint = serve.load(self.model_dir / serialized, map_location="cpu")
+            model.load_state_dict(find_state_dict(checkpoint), strict=True)
+        else:
+            logger.warning("model %s has no serialized file: serving the weights its constructor makes", model_file)
+        return model.eval().to(self.device)
+
+    # ---- the batch -----------------------------------------------------------------------------------------
+
+    def handle(self, data: list[Any], context: Context) -> list[Any]:
+        """One result per request: TorchServe's flow (describe, explain, HandlerTime) plus per-request errors."""
+        start = time.perf_counter()
+        self.context = context
+        self._row_errors = {}
+        if self._is_describe():
+            output = [self.describe_handle()]
+        else:
+            preprocessed = self.preprocess(data)
+            if self._is_explain():
+                output = self.explain_handle(preprocessed, data)
+            elif len(self._row_errors) == len(data):
+                output = []  # every request was rejected: nothing to run
+            else:
+                output = self.postprocess(self.inference(preprocessed))
+            output = self._merge_row_errors(output, len(data))
+        context.metrics.add_time("HandlerTime", round((time.perf_counter() - start) * 1000, 2), None, "ms")
+        return output
+
+    def preprocess(self, data: list[Any]) -> Any:
+        """Each request's number or nested list (JSON) stacked into one batch tensor."""
+        _, values = self.decode_rows(data, _json_value)
+        return serve.as_tensor(values)
+
+    def inference(self, data: Any, *args: Any, **kwargs: Any) -> Any:
+        with serve.no_grad():
+            if isinstance(data, serve.Tensor):
+                data = data.to(self.device)
+            return self.model(data, *args, **kwargs)
+
+    def postprocess(self, data: Any) -> list[Any]:
+        return data.tolist()
+
+    def explain_handle(self, data_preprocess: Any, raw_data: list[Any]) -> Any:
+        """TorchServe's explanation flow when the handler implements `get_insights`, else a 501 error."""
+        get_insights = getattr(self, "get_insights", None)
+        if get_insights is None:
+            raise PredictionException(
+                f"explanations are not supported by {type(self).__name__}: implement get_insights() to provide them",
+                501,
+            )
+        row = raw_data[0] if raw_data else {}
+        inputs = _payload(row)
+        target = (row.get("target") if isinstance(row, dict) else None) or 0
+        return get_insights(data_preprocess, inputs, target)
+
+    def describe_handle(self) -> Any:
+        return None
+
+    # ---- per-request errors --------------------------------------------------------------------------------
+
+    def decode_rows(self, data: list[Any], fn: RowDecoder) -> tuple[list[int], list[Any]]:
+        """`fn(payload)` for each request: (indices of the requests that decoded, their values), errors recorded."""
+        good: list[int] = []
+        values: list[Any] = []
+        for idx, row in enumerate(data):
+            payload = _payload(row)
+            if payload is None:
+                self.row_error(idx, 400, "the request has no input: send it as the request body or a 'data' field")
+                continue
+            try:
+                value = fn(payload)
+            except PredictionException as e:
+                self.row_error(idx, e.code, e.message, type(e).__name__)
+            except (InvalidInput, ValueError) as e:
+                self.row_error(idx, 400, str(e), "InvalidInput")
+            else:
+                good.append(idx)
+                values.append(value)
+        return good, values
+
+    def row_error(self, idx: int, code: int, message: str, error_type: str = "InvalidInput") -> None:
+        """Answer request `idx` with this error; the other requests of the batch carry on."""
+        self._row_errors[idx] = {"code": code, "type": error_type, "message": message}
+        if self.context is not None:
+            self.context.set_response_status(code, message, idx)
+
+    def _merge_row_errors(self, output: list[Any], n: int) -> list[Any]:
+        if not self._row_errors:
+            return output
+        good = [i for i in range(n) if i not in self._row_errors]
+        if len(output) != len(good):
+            raise RuntimeError(
+                f"{type(self).__name__} returned {len(output)} results for the {len(good)} requests that decoded "
+                f"(of {n}): postprocess must return one result per request that preprocess accepted"
+            )
+        results: list[Any] = [self._row_errors.get(i) for i in range(n)]
+        for i, value in zip(good, output):
+            results[i] = value
+        return results
+
+    def _is_describe(self) -> bool:
+        return self.context is not None and self.context.get_request_header(0, "describe") == "True"
+
+    def _is_explain(self) -> bool:
+        if self.context is not None and self.context.get_request_header(0, "explain") == "True":
+            self.explain = True
+            return True
+        return False
+
+    def get_device(self) -> Any:
+        return self.device
+
+
+def select_device(gpu_id: int | None) -> Any:
+    """`cuda:<gpu_id>` when a GPU id is set and CUDA is usable, else the CPU."""
+    if gpu_id is not None and serve.cuda.is_available():
+        return serve.device(f"cuda:{gpu_id}")
+    return serve.device("cpu")
+
+
+def load_label_mapping(path: Path) -> dict[str, Any] | None:
+    """index_to_name.json as `{"0": name}` (or `{"0": [wnid, name]}`); None when the file is absent.
+
+    The legacy `{"object_type_names": [...]}` form is turned into `{"0": ..., "1": ...}`, as TorchServe does.
+    """
+    if not path.is_file():
+        return None
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f'{path.name} is not valid JSON ({e}): expected {{"0": "label", ...}}') from e
+    if not isinstance(mapping, dict):
+        raise ValueError(f'{path.name} must hold a JSON object {{"0": "label", ...}}, got {type(mapping).__name__}')
+    if "object_type_names" in mapping:
+        names = mapping["object_type_names"]
+        if not isinstance(names, list):
+            raise ValueError(f"{path.name}: object_type_names must be a list, got {type(names).__name__}")
+        mapping = {str(i): name for i, name in enumerate(names)}
+    return mapping
+
+
+def map_class_to_label(probs: list[list[float]], mapping: dict[str, Any] | None = None,
+                       lbl_classes: list[list[int]] | None = None) -> list[dict[str, float]]:  # fmt: skip
+    """TorchServe's `map_class_to_label`: per row `{label: prob}` for classes `lbl_classes[row]` (default: all).
+
+    The label is `mapping[str(class)]` (the last element when the value is a list, as `[wnid, name]`), or the
+    class index as a string when there is no mapping or the mapping lacks that class.
+    """
+    if lbl_classes is None:
+        lbl_classes = [list(range(len(row))) for row in probs]
+    return [
+        {_label(mapping, int(cls)): prob for cls, prob in zip(classes, row)} for classes, row in zip(lbl_classes, probs)
+    ]
+
+
+def _label(mapping: dict[str, Any] | None, cls: int) -> str:
+    value = mapping.get(str(cls)) if mapping is not None else None
+    if isinstance(value, list) and value:
+        value = value[-1]
+    return str(value) if value is not None else str(cls)
+
+
+def _payload(row: Any) -> Any:
+    """A request's input as TorchServe delivers it: row["data"], else row["body"]; None when absent or empty."""
+    if not isinstance(row, dict):
+        return row
+    value = row.get("data")
+    if value is None or (isinstance(value, (bytes, bytearray, str)) and not value):
+        value = row.get("body")
+    if isinstance(value, (bytes, bytearray, str)) and not value:
+        return None
+    return value
+
+
+def _json_value(payload: Any) -> Any:
+    """A number or nested list, from JSON bytes/text or already parsed."""
+    if isinstance(payload, (bytes, bytearray, str)):
+        try:
+            payload = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"expected a JSON number or nested list of numbers, could not parse it: {e}") from e
+    if isinstance(payload, bool) or not isinstance(payload, (int, float, list)):
+        raise InvalidInput(f"expected a number or nested list of numbers, got {type(payload).__name__}")
+    return payload
