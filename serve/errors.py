@@ -45,3 +45,27 @@ class PredictionException(ServeError):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+class Unauthorized(ServeError):
+    """The request's token is missing, wrong or expired."""
+
+
+class ModelApiDisabled(ServeError):
+    """A model registration or removal while the model API is off (`--enable-model-api` turns it on)."""
+
+
+class RequestTooLarge(ServeError):
+    """A request body over `max_request_size`."""
+
+
+class WorkerError(ServeError):
+    """A worker process died or failed a batch; the message says why."""
+
+
+class ModelLoadError(ServeError):
+    """A model's handler failed to load; the message carries the handler's error."""
+
+
+class ConfigError(ServeError):
+    """A configuration value is malformed; the message names the key and the value."""
