@@ -1,0 +1,100 @@
+"""The configuration keys: which reader checks each one, and TorchServe's keys that have no effect here.
+
+`READERS` covers every `config.properties` key that `Settings` holds (a test checks that they match).
+`CLI_ONLY` are Settings fields set only by the command line or the environment. `NO_EFFECT` are TorchServe keys
+that mean nothing for this server (JVM, Netty, Java keystores, plugins...): a file that sets them still loads,
+with one warning per key saying why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from serve.config import values as v
+
+READERS: dict[str, Callable[[str, Any], Any]] = {
+    "inference_address": v.address,
+    "management_address": v.address,
+    "metrics_address": v.address,
+    "private_key_file": v.optional_path,
+    "certificate_file": v.optional_path,
+    "grpc_inference_port": v.port,
+    "grpc_management_port": v.port,
+    "grpc_inference_address": v.text,
+    "grpc_management_address": v.text,
+    "enable_grpc_ssl": v.to_bool,
+    "model_store": v.optional_path,
+    "load_models": v.load_models,
+    "models": v.models,
+    "model_snapshot": v.model_snapshot,
+    "default_workers_per_model": v.int_at_least(0),
+    "default_service_handler": v.optional_text,
+    "job_queue_size": v.int_at_least(1),
+    "max_request_size": v.int_at_least(1),
+    "max_response_size": v.int_at_least(1),
+    "default_response_timeout": v.int_at_least(1),
+    "default_startup_timeout": v.int_at_least(1),
+    "unregister_model_timeout": v.int_at_least(1),
+    "batch_size": v.int_at_least(1),
+    "max_batch_delay": v.int_at_least(0),
+    "allowed_urls": v.regex_list,
+    "use_env_allowed_urls": v.to_bool,
+    "disable_token_authorization": v.to_bool,
+    "token_expiration_min": v.positive_float,
+    "enable_model_api": v.to_bool,
+    "cors_allowed_origin": v.optional_text,
+    "cors_allowed_methods": v.optional_text,
+    "cors_allowed_headers": v.optional_text,
+    "metrics_mode": v.choice("prometheus", "log"),
+    "enable_metrics_api": v.to_bool,
+    "decode_input_request": v.to_bool,
+    "limit_max_image_pixels": v.to_bool,
+    "number_of_gpu": v.int_at_least(0),
+    "enable_envvars_config": v.to_bool,
+    # ours, also accepted in config.properties
+    "key_file": v.path,
+    "log_location": v.path,
+    "log_format": v.choice("text", "json"),
+}
+
+CLI_ONLY: dict[str, Callable[[str, Any], Any]] = {
+    "ncs": v.to_bool,
+    "log_config": v.optional_path,
+}
+
+_JVM = "a Java/Netty setting of TorchServe's frontend; serve has no JVM"
+_UNSUPPORTED = "not supported by serve"
+NO_EFFECT: dict[str, str] = {
+    "vmargs": _JVM,
+    "number_of_netty_threads": _JVM,
+    "netty_client_threads": _JVM,
+    "prefer_direct_buffer": _JVM,
+    "use_native_io": _JVM,
+    "io_ratio": _JVM,
+    "async_logging": _JVM,
+    "keystore": "Java keystores are not read; set private_key_file and certificate_file (PEM) instead",
+    "keystore_pass": "Java keystores are not read; set private_key_file and certificate_file (PEM) instead",
+    "keystore_type": "Java keystores are not read; set private_key_file and certificate_file (PEM) instead",
+    "plugins_path": "serving-sdk plugins are Java jars; " + _UNSUPPORTED,
+    "workflow_store": "workflows are " + _UNSUPPORTED + " (TorchServe disabled workflow registration after 0.12)",
+    "initial_worker_port": "workers talk to the server over pipes, not ports",
+    "initial_distribution_port": "distributed (torchrun) workers are " + _UNSUPPORTED,
+    "install_py_dep_per_model": "serve never pip-installs at runtime; install a model's requirements beforehand",
+    "service_envelope": "request envelopes are " + _UNSUPPORTED,
+    "blacklist_env_vars": _UNSUPPORTED,
+    "metrics_config": "metrics are TorchServe's built-in set; " + _UNSUPPORTED,
+    "model_metrics_auto_detect": _UNSUPPORTED,
+    "disable_system_metrics": _UNSUPPORTED,
+    "system_metrics_cmd": _UNSUPPORTED,
+    "metric_time_interval": _UNSUPPORTED,
+    "ts_open_inference_protocol": _UNSUPPORTED + " yet (the Open Inference Protocol comes with gRPC)",
+    "ts_header_key_sequence_id": "stateful (sequence) batching is " + _UNSUPPORTED,
+    "ts_header_key_sequence_start": "stateful (sequence) batching is " + _UNSUPPORTED,
+    "ts_header_key_sequence_end": "stateful (sequence) batching is " + _UNSUPPORTED,
+    "ipex_enable": "Intel extensions for PyTorch do not apply: serve does not run PyTorch",
+    "ipex_gpu_enable": "Intel extensions for PyTorch do not apply: serve does not run PyTorch",
+    "cpu_launcher_enable": _UNSUPPORTED,
+    "cpu_launcher_args": _UNSUPPORTED,
+    "debug": _UNSUPPORTED + "; set default_response_timeout high and scale to one worker instead",
+}

@@ -1,0 +1,82 @@
+"""`Settings`: every server setting, typed, named as TorchServe's `config.properties` keys.
+
+Defaults are TorchServe's except where a comment says otherwise (each such choice is deliberate):
+- `default_workers_per_model` is 1 (TorchServe: 0, which means one worker per CPU for startup models).
+- `allowed_urls` is empty: only archives inside `model_store` may be registered (TorchServe's default
+  `file://.*|http(s)?://.*` lets anyone with the management API fetch any URL, CVE-2023-43654).
+- `metrics_mode` is `prometheus`, so `/metrics` is populated out of the box (TorchServe: `log`, empty `/metrics`).
+- `number_of_gpu` is 0 (CPU) until the CUDA backend lands (TorchServe: all visible GPUs).
+
+Fields below the `--- not TorchServe keys ---` line come from the command line or the environment, or are ours.
+Build it with `serve.config.load_settings`; constructing it directly (tests, embedding) skips validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Settings:
+    # listeners: http(s)://host[:port]; https needs private_key_file and certificate_file (PEM)
+    inference_address: str = "http://127.0.0.1:8080"
+    management_address: str = "http://127.0.0.1:8081"
+    metrics_address: str = "http://127.0.0.1:8082"
+    private_key_file: Path | None = None
+    certificate_file: Path | None = None
+    # gRPC (issue 7)
+    grpc_inference_port: int = 7070
+    grpc_management_port: int = 7071
+    grpc_inference_address: str = "127.0.0.1"
+    grpc_management_address: str = "127.0.0.1"
+    enable_grpc_ssl: bool = False
+
+    # models
+    model_store: Path | None = None
+    load_models: tuple[str, ...] = ()  # ("all",) or archive / "name=archive" entries (values.split_model_entry)
+    # per-model overrides {name: {version: {defaultVersion, marName, minWorkers, maxWorkers, batchSize, ...}}}
+    models: dict[str, Any] = field(default_factory=dict)
+    # TorchServe's snapshot structure {"name", "modelCount", "models"} to restore on start (None: nothing to
+    # restore). As in TorchServe, a snapshot replaces load_models at startup.
+    model_snapshot: dict[str, Any] | None = None
+    default_workers_per_model: int = 1  # TorchServe: 0 (= #CPUs at startup); 0 here registers with no workers
+    default_service_handler: str | None = None  # the handler of archives whose manifest names none
+
+    # queues, sizes and timeouts
+    job_queue_size: int = 100
+    max_request_size: int = 6553500  # bytes
+    max_response_size: int = 6553500  # bytes
+    default_response_timeout: int = 120  # s, per batch
+    default_startup_timeout: int = 120  # s, model load
+    unregister_model_timeout: int = 120  # s
+    batch_size: int = 1  # registration default when neither the request nor the archive sets one
+    max_batch_delay: int = 100  # ms, same
+
+    # security
+    allowed_urls: tuple[str, ...] = ()  # regexes (full match, case-insensitive) for register URLs outside model_store
+    use_env_allowed_urls: bool = False  # TS_ALLOWED_URLS is read only when this is true
+    disable_token_authorization: bool = False
+    token_expiration_min: float = 60
+    enable_model_api: bool = False
+    cors_allowed_origin: str | None = None
+    cors_allowed_methods: str | None = None
+    cors_allowed_headers: str | None = None
+
+    # metrics and handlers
+    metrics_mode: str = "prometheus"  # "prometheus" or "log"
+    enable_metrics_api: bool = True
+    decode_input_request: bool = True  # JSON/text bodies decoded for the handler (TorchServe's worker does it)
+    limit_max_image_pixels: bool = True
+    number_of_gpu: int = 0
+    enable_envvars_config: bool = False
+
+    # --- not TorchServe keys ---
+    key_file: Path = Path("key_file.json")  # token keys (TorchServe: ./key_file.json, fixed)
+    log_location: Path = Path("logs")  # env LOG_LOCATION, as TorchServe
+    snapshot_dir: Path = Path("logs") / "config"  # {log_location}/config, as TorchServe
+    ncs: bool = False  # --ncs / --no-config-snapshots: neither restore nor write snapshots
+    log_config: Path | None = None  # --log-config: a Python logging config (JSON dictConfig or INI fileConfig)
+    log_format: str = "text"  # "text" (later "json")
+    config_file: Path | None = None  # the config.properties that was read, for the startup log

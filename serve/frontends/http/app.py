@@ -1,0 +1,122 @@
+"""The app factories, one per listener: inference (8080), management (8081), metrics (8082).
+
+Each app carries its collaborators on `app.state` (dataplane, settings, auth, metrics), the routers of its
+resources, TorchServe's error bodies for every failure (ServeError, unknown path 404, wrong method 405, bad
+parameter 400), CORS when `cors_allowed_origin` is set, and `ServeHTTPMiddleware` (request id, no-cache headers,
+`max_request_size`, Requests2XX/4XX/5XX). The server (serve/server.py) runs the three apps on one event loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from serve import __version__
+from serve.errors import InvalidInput, ServeError
+from serve.frontends.dataplane import DataPlane
+from serve.frontends.http.auth import TokenAuth
+from serve.frontends.http.middleware import ServeHTTPMiddleware
+from serve.frontends.http.responses import pretty_json, serve_error_handler
+from serve.frontends.http.routers import api_description, metrics, models, ping, predictions, token
+from serve.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from serve.config import Settings
+
+TITLE = "TorchServe APIs"
+HTTP_ERRORS = {
+    404: ("ResourceNotFoundException", "Requested resource is not found, please refer to API document."),
+    405: ("MethodNotAllowedException", "Requested method is not allowed, please refer to API document."),
+}
+
+
+def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
+    """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`."""
+    app = _app("inference API", settings, dataplane.metrics,
+               [predictions.router, ping.router, api_description.router],
+               dataplane=dataplane, auth=auth)  # fmt: skip
+    _add_openapi_paths(app, predictions.OPENAPI_PATHS)
+    return app
+
+
+def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
+    """`/models...`, `/token`, `OPTIONS /`, `/api-description`, `/docs`."""
+    return _app("management API", settings, dataplane.metrics,
+                [api_description.router, models.router, token.router],
+                dataplane=dataplane, auth=auth)  # fmt: skip
+
+
+def create_metrics_app(metrics_: ServerMetrics, settings: Settings) -> FastAPI:
+    """`/metrics` (Prometheus), `OPTIONS /`, `/api-description`."""
+    return _app("metrics API", settings, metrics_, [api_description.router, metrics.router])
+
+
+def _app(name: str, settings: Settings, server_metrics: ServerMetrics, routers: list[APIRouter],
+         **state: Any) -> FastAPI:  # fmt: skip
+    app = FastAPI(title=TITLE, version=__version__, description=f"serve's {name}, compatible with TorchServe's",
+                  redirect_slashes=False, redoc_url=None)  # fmt: skip
+    for key, value in {"settings": settings, "metrics": server_metrics, **state}.items():
+        setattr(app.state, key, value)
+    for router in routers:
+        app.include_router(router)
+    # routes match in order: FastAPI added its docs routes at creation; the API's own go before them
+    docs = {app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url}
+    app.router.routes.sort(key=lambda route: getattr(route, "path", None) in docs)
+    app.add_exception_handler(ServeError, serve_error_handler)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    if settings.cors_allowed_origin:
+        app.add_middleware(CORSMiddleware, **_cors(settings))
+    # added last = outermost: it sees every response, CORS preflights and errors included
+    app.add_middleware(ServeHTTPMiddleware, max_request_size=settings.max_request_size, metrics=server_metrics)
+    return app
+
+
+def _add_openapi_paths(app: FastAPI, paths: dict[str, Any]) -> None:
+    """Document routes that are not FastAPI path operations (FastAPI's "extending OpenAPI" recipe)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # cached by FastAPI; adding the same entries again changes nothing
+        schema["paths"].update(paths)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _cors(settings: Settings) -> dict[str, Any]:
+    """TorchServe's three keys; unset methods or headers allow all, since the origin is what the user restricts."""
+
+    def split(value: str | None) -> list[str]:
+        return [v.strip() for v in (value or "*").split(",") if v.strip()]
+
+    return {
+        "allow_origins": split(settings.cors_allowed_origin),
+        "allow_methods": split(settings.cors_allowed_methods),
+        "allow_headers": split(settings.cors_allowed_headers),
+    }
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (no route, wrong method) with TorchServe's types and fixed messages."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status in HTTP_ERRORS:
+        type_name, message = HTTP_ERRORS[status]
+    else:
+        type_name = "InternalServerException" if status >= 500 else "BadRequestException"
+        message = str(getattr(exc, "detail", exc))
+    headers = getattr(exc, "headers", None)  # 405 carries Allow
+    return pretty_json({"code": status, "type": type_name, "message": message}, status, headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    """A path or query value FastAPI could not convert: 400 (never FastAPI's 422)."""
+    problems = exc.errors() if isinstance(exc, RequestValidationError) else []
+    detail = "; ".join(f"{'.'.join(map(str, p.get('loc', ())))}: {p.get('msg')}" for p in problems) or str(exc)
+    return await serve_error_handler(request, InvalidInput(f"Invalid request parameters: {detail}"))

@@ -1,0 +1,25 @@
+"""`/ping` (any method): 200 `{"status": "Healthy"}`, or 500 `{"status": "Unhealthy"}` when a model has no live worker.
+
+Decision: healthy means every model's workers are up (the registry's `health()`), not TorchServe's "unhealthy only
+after 5 minutes of failed restarts", so a load balancer stops sending traffic to a server whose model is down
+(pain point 4). No token is needed, so Kubernetes probes work with token authorization on (pain point 2).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from serve.frontends.http.deps import DataPlaneDep
+from serve.frontends.http.responses import pretty_json
+
+OTHER_METHODS = ["POST", "PUT", "DELETE", "PATCH"]  # TorchServe answers /ping for any method (GET adds HEAD)
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/ping", summary="Server health: Healthy when every model has a live worker")
+@router.api_route("/ping", methods=OTHER_METHODS, include_in_schema=False)
+async def ping(dp: DataPlaneDep) -> Response:
+    healthy = dp.ping()
+    return pretty_json({"status": "Healthy" if healthy else "Unhealthy"}, 200 if healthy else 500)

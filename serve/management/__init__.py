@@ -1,0 +1,15 @@
+"""serve.management: the model registry (register, versions, default version, scaling, unregister), the worker
+processes of each model version with their batch loops and restarts, and config snapshots.
+
+Files: registry.py (ModelRegistry: what the frontends call), model_version.py (one version: settings, queue,
+pool, describe), workers.py (WorkerPool), worker_process.py (WorkerProcess: the server's side of one worker),
+dispatch.py (running one batch and answering its jobs), urls.py (where a registration's url points),
+startup.py (the models registered at start), snapshot.py (config snapshots on disk).
+"""
+
+from serve.management.model_version import ModelVersion, VersionConfig
+from serve.management.registry import ModelRegistry
+from serve.management.worker_process import WorkerProcess, WorkerSpec
+from serve.management.workers import WorkerPool
+
+__all__ = ["ModelRegistry", "ModelVersion", "VersionConfig", "WorkerPool", "WorkerProcess", "WorkerSpec"]

@@ -1,0 +1,196 @@
+"""`ModelVersion`: one registered model version: its archive, its settings, its job queue and worker pool, and the
+JSON that describe and snapshots show of it.
+
+Settings, lowest priority first (TorchServe's order): the server's defaults (`batch_size`, `max_batch_delay`,
+`default_response_timeout`, `default_startup_timeout`, `default_workers_per_model`, `job_queue_size`) <
+config.properties `models` {name: {version: {...}}} < the archive's model-config YAML (`minWorkers`, `maxWorkers`,
+`batchSize`, `maxBatchDelay`, `responseTimeout`, `startupTimeout`, `jobQueueSize`, `maxRetryTimeoutInSec`,
+`deviceType`, `deviceIds`) < the register request's parameters. Decisions:
+- TorchServe lets the YAML's responseTimeout/startupTimeout win over the request's parameters (a quirk); here the
+  request wins, like every other parameter.
+- `initial_workers` sets both min and max workers; the YAML's pair applies only when maxWorkers >= minWorkers.
+- A YAML value of the wrong type or range is ignored with a warning naming it, as in TorchServe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from serve.archive import ModelArchive
+from serve.batching import Batcher, JobQueue
+from serve.config import Settings
+from serve.errors import InvalidInput, ModelNotReady
+from serve.management.worker_process import WorkerSpec
+from serve.management.workers import PoolSettings, WorkerPool
+from serve.metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+
+# model-config YAML / `models` key -> (VersionConfig field, smallest valid value)
+CONFIG_KEYS = {
+    "minWorkers": ("min_workers", 0),
+    "maxWorkers": ("max_workers", 0),
+    "batchSize": ("batch_size", 1),
+    "maxBatchDelay": ("max_batch_delay", 0),
+    "responseTimeout": ("response_timeout", 1),
+    "startupTimeout": ("startup_timeout", 1),
+    "jobQueueSize": ("job_queue_size", 1),
+    "maxRetryTimeoutInSec": ("max_retry_timeout", 0),
+}
+DEFAULT_MAX_RETRY_S = 300
+
+
+@dataclass(frozen=True)
+class VersionConfig:
+    min_workers: int
+    max_workers: int
+    batch_size: int
+    max_batch_delay: int  # ms
+    response_timeout: int  # s
+    startup_timeout: int  # s
+    job_queue_size: int
+    max_retry_timeout: int = DEFAULT_MAX_RETRY_S  # s
+    gpu_ids: tuple[int, ...] = ()
+    threads: int | None = None
+
+
+def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
+                   params: Mapping[str, int | None]) -> VersionConfig:  # fmt: skip
+    """The version's settings from the four sources, lowest priority first (see the module docstring)."""
+    workers = settings.default_workers_per_model
+    values: dict[str, Any] = {
+        "min_workers": workers, "max_workers": workers, "batch_size": settings.batch_size,
+        "max_batch_delay": settings.max_batch_delay, "response_timeout": settings.default_response_timeout,
+        "startup_timeout": settings.default_startup_timeout, "job_queue_size": settings.job_queue_size,
+    }  # fmt: skip
+    entry = (settings.models.get(name) or {}).get(version) or {}
+    values.update(_known(entry, f"config.properties models[{name}][{version}]"))
+    values.update(_known(yaml, f"model-config of {name} version {version}"))
+    if values["max_workers"] < values["min_workers"]:
+        log.warning("model %s: maxWorkers %d < minWorkers %d; using %d for both", name, values["max_workers"],
+                    values["min_workers"], values["min_workers"])  # fmt: skip
+        values["max_workers"] = values["min_workers"]
+    if params.get("initial_workers") is not None:
+        values["min_workers"] = values["max_workers"] = params["initial_workers"]
+    for key in ("batch_size", "max_batch_delay", "response_timeout", "startup_timeout"):
+        if params.get(key) is not None:
+            values[key] = params[key]
+    return VersionConfig(**values, gpu_ids=_gpu_ids(settings, yaml), threads=_threads(yaml))
+
+
+def check_params(params: Mapping[str, int | None]) -> None:
+    """Refuse out-of-range register parameters (TorchServe silently falls back to defaults)."""
+    lowest = {"batch_size": 1, "max_batch_delay": 0, "initial_workers": 0, "response_timeout": 1, "startup_timeout": 1}
+    for key, value in params.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest[key]):
+            raise InvalidInput(f"Invalid {key} value: {value!r}; it must be an integer >= {lowest[key]}")
+
+
+def _known(source: Mapping[str, Any], where: str) -> dict[str, int]:
+    out = {}
+    for key, (field, lowest) in CONFIG_KEYS.items():
+        value = source.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            log.warning("%s: ignoring %s=%r (expected an integer >= %d)", where, key, value, lowest)
+            continue
+        out[field] = value
+    return out
+
+
+def _gpu_ids(settings: Settings, yaml: Mapping[str, Any]) -> tuple[int, ...]:
+    """GPUs the workers take in turn: none on a CPU server or with `deviceType: cpu`; `deviceIds` when given."""
+    if settings.number_of_gpu <= 0 or yaml.get("deviceType") == "cpu":
+        return ()
+    ids = yaml.get("deviceIds")
+    if isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < settings.number_of_gpu for i in ids):
+        return tuple(ids)
+    return tuple(range(settings.number_of_gpu))
+
+
+def _threads(yaml: Mapping[str, Any]) -> int | None:
+    """TorchServe's `torchrun: {OMP_NUMBER_THREADS: n}`; None leaves BLAS threads at their defaults."""
+    torchrun = yaml.get("torchrun")
+    n = torchrun.get("OMP_NUMBER_THREADS") if isinstance(torchrun, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+class ModelVersion:
+    """One model version: archive, settings, queue, batcher and worker pool."""
+
+    def __init__(self, name: str, archive: ModelArchive, url: str, config: VersionConfig, settings: Settings,
+                 metrics: ServerMetrics, next_id: Callable[[], str], *, handler: str | None = None,
+                 loaded_at_startup: bool = False, downloaded: Path | None = None) -> None:  # fmt: skip
+        self.name, self.archive, self.url, self.config = name, archive, url, config
+        self.version = archive.model_version
+        self.loaded_at_startup, self.downloaded = loaded_at_startup, downloaded
+        full = (f'Model "{name}" Version: {self.version} has {config.job_queue_size} requests waiting: its job '
+                "queue is full; retry later, or raise jobQueueSize in the model-config (job_queue_size)")  # fmt: skip
+        self.queue = JobQueue(config.job_queue_size, full_message=full)
+        self.batcher = Batcher(self.queue, config.batch_size, config.max_batch_delay)
+        spec = WorkerSpec(name, self.version, archive.model_dir.resolve(), handler, config.batch_size,
+                          config.startup_timeout, settings.max_request_size, settings.max_response_size,
+                          settings.limit_max_image_pixels, config.threads)  # fmt: skip
+        pool_settings = PoolSettings(config.response_timeout, config.max_retry_timeout,
+                                     settings.unregister_model_timeout, config.gpu_ids)  # fmt: skip
+        self.pool = WorkerPool(spec, self.queue, self.batcher, metrics, pool_settings, next_id)
+
+    def scale(self, min_workers: int, max_workers: int) -> list[asyncio.Future[None]]:
+        self.config = replace(self.config, min_workers=min_workers, max_workers=max_workers)
+        return self.pool.scale(min_workers, max_workers)
+
+    async def close(self, timeout: float) -> bool:
+        """Finish the queued and running requests (up to `timeout` s), stop the workers, remove the extracted files
+        (and a downloaded archive). False when requests were still pending at the timeout (they fail)."""
+        drained = True
+        if self.pool.can_serve():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.queue.drained()
+            except TimeoutError:
+                drained = False
+        await self.pool.stop(timeout if drained else 5.0)
+        self.queue.fail_all(lambda: ModelNotReady(f"Model {self.name} version {self.version} was unregistered"))
+        await asyncio.to_thread(self._remove_files)
+        return drained
+
+    def _remove_files(self) -> None:
+        self.archive.close()
+        if self.downloaded is not None:
+            with contextlib.suppress(OSError):
+                self.downloaded.unlink()
+
+    def describe(self) -> dict[str, Any]:
+        """TorchServe's describe element (spec section 2.3), its field order, null fields left out."""
+        c = self.config
+        out: dict[str, Any] = {
+            "modelName": self.name, "modelVersion": self.version, "modelUrl": self.url,
+            "runtime": self.archive.runtime, "minWorkers": c.min_workers, "maxWorkers": c.max_workers,
+            "batchSize": c.batch_size, "maxBatchDelay": c.max_batch_delay, "responseTimeout": c.response_timeout,
+            "startupTimeout": c.startup_timeout, "maxRetryTimeoutInSec": c.max_retry_timeout,
+            "clientTimeoutInMills": 0, "parallelType": "", "parallelLevel": 0,
+            "deviceType": "gpu" if c.gpu_ids else "cpu",
+        }  # fmt: skip
+        if c.gpu_ids:
+            out["deviceIds"] = list(c.gpu_ids)
+        out.update({
+            "continuousBatching": False, "useJobTicket": False, "useVenv": False, "stateful": False,
+            "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 1, "maxSequenceJobQueueSize": 1,
+            "loadedAtStartup": self.loaded_at_startup, "workers": self.pool.describe_workers(),
+            "jobQueueStatus": {"remainingCapacity": self.queue.remaining_capacity, "pendingRequests": len(self.queue)},
+        })  # fmt: skip
+        return out
+
+    def snapshot_entry(self, default: bool) -> dict[str, Any]:
+        """TorchServe's per-version snapshot entry."""
+        c = self.config
+        return {"defaultVersion": default, "marName": self.url, "minWorkers": c.min_workers,
+                "maxWorkers": c.max_workers, "batchSize": c.batch_size, "maxBatchDelay": c.max_batch_delay,
+                "responseTimeout": c.response_timeout, "startupTimeout": c.startup_timeout}  # fmt: skip

@@ -1,0 +1,330 @@
+"""`ModelRegistry`: the registered models and their versions, the one object the frontends talk to.
+
+    registry = ModelRegistry(settings, metrics)
+    await registry.start()                                  # load_models, or the snapshot to restore
+    await registry.register("digits.mar", initial_workers=1)
+    response = await registry.submit("digits", None, InferenceRequest(...))
+    await registry.shutdown(timeout=30)
+
+Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its quirks:
+- A failed synchronous registration answers with the handler's own error and last traceback frames (pain point
+  5: TorchServe says "Worker died"), and the model is removed again, as in TorchServe.
+- Unregistering without a version removes the default version; while other versions exist that is refused with
+  403, as TorchServe does. The version's queued and running requests are answered first (up to
+  unregister_model_timeout; then 408 and the rest fail with 503).
+- `health()` checks every version, not only default ones: unhealthy when a version that should have workers has
+  none left that is ready or (re)starting within its retry window (pain point 4).
+- The list's nextPageToken is given only when another page exists (TorchServe also gives it when the page ended
+  exactly at the last model, pointing at an empty page).
+- Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
+  `code` attribute, which the frontends' error table honours.
+Every change (register, unregister, scale, set-default) writes a config snapshot unless `ncs` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+from serve.archive import check_model_name, open_archive
+from serve.batching import DESCRIBE, InferenceRequest, InferenceResponse, Job
+from serve.config import Settings
+from serve.errors import (
+    ConfigError,
+    InvalidInput,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    RequestTimeout,
+    ServeError,
+)
+from serve.management.model_version import ModelVersion, check_params, resolve_config
+from serve.management.snapshot import write_snapshot
+from serve.management.startup import load_models, snapshot_defaults, snapshot_models
+from serve.management.urls import resolve_url
+from serve.metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+FIRST_WORKER_ID = 9000  # TorchServe's worker ids are ports from 9000
+
+
+def _with_code(error: ServeError, code: int) -> ServeError:
+    error.code = code  # type: ignore[attr-defined]
+    return error
+
+
+class ModelRegistry:
+    """Registered model versions by name, their default versions, and the operations of the management API."""
+
+    def __init__(self, settings: Settings, metrics: ServerMetrics) -> None:
+        self.settings, self.metrics = settings, metrics
+        self._models: dict[str, dict[str, ModelVersion]] = {}
+        self._defaults: dict[str, str] = {}
+        self._ids = itertools.count(FIRST_WORKER_ID)
+        self._lock = asyncio.Lock()
+        self._closing = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register the startup models: the snapshot's when there is one (it replaces load_models, as in
+        TorchServe), else load_models. Their workers load in parallel; a model that fails to load is logged and
+        stays registered with its workers retrying (describe shows the error)."""
+        snapshot = self.settings.model_snapshot
+        jobs = snapshot_models(snapshot) if snapshot else load_models(self.settings)
+        results = await asyncio.gather(*(self._register_at_startup(**job) for job in jobs), return_exceptions=True)
+        for job, result in zip(jobs, results):
+            if isinstance(result, BaseException):
+                log.error("startup model %s was not registered: %s", job["url"], result)
+        for name, version in snapshot_defaults(snapshot):
+            if version in self._models.get(name, {}):
+                self._defaults[name] = version
+        self._save()
+
+    async def shutdown(self, timeout: float) -> None:
+        """Stop accepting requests, answer the queued and running ones (bounded by `timeout`), stop every worker."""
+        self._closing = True
+        versions = [mv for versions in self._models.values() for mv in versions.values()]
+        await asyncio.gather(*(mv.close(timeout) for mv in versions), return_exceptions=True)
+        self._models.clear()
+        self._defaults.clear()
+
+    async def _register_at_startup(self, url: str, model_name: str | None, workers: tuple[Any, Any] = (None, None),
+                                   **params: Any) -> None:  # fmt: skip
+        mv = await self._add(url, model_name, None, None, params, loaded_at_startup=True)
+        low, high = workers
+        low = mv.config.min_workers if low is None else low
+        high = max(low, mv.config.max_workers if high is None else high)
+        try:
+            await mv.pool.wait_ready(mv.scale(low, high), None)
+        except ModelLoadError as e:
+            log.error("model %s version %s failed to load; its workers keep retrying: %s", mv.name, mv.version, e)
+
+    # ---- management ------------------------------------------------------------------------------------------
+
+    async def register(self, url: str, *, model_name: str | None = None, handler: str | None = None,
+                       runtime: str | None = None, batch_size: int | None = None, max_batch_delay: int | None = None,
+                       initial_workers: int | None = None, synchronous: bool = True,
+                       response_timeout: int | None = None, startup_timeout: int | None = None) -> str:  # fmt: skip
+        """Register the archive at `url`; TorchServe's status message (see spec section 2.1)."""
+        if url is None:
+            raise InvalidInput("Parameter url is required.")
+        _check_runtime(runtime)
+        params = {"batch_size": batch_size, "max_batch_delay": max_batch_delay, "initial_workers": initial_workers,
+                  "response_timeout": response_timeout, "startup_timeout": startup_timeout}  # fmt: skip
+        check_params(params)
+        mv = await self._add(url, model_name, handler, runtime, params)
+        name, version = mv.name, mv.version
+        started = mv.scale(mv.config.min_workers, mv.config.max_workers)
+        self._save()
+        if not started:
+            return (f'Model "{name}" Version: {version} registered with 0 initial workers. Use scale workers API to '
+                    "add workers for the model.")  # fmt: skip
+        if not synchronous:
+            return "Processing worker updates..."
+        try:
+            await mv.pool.wait_ready(started, None)
+        except ModelLoadError as e:
+            await self._remove(name, version)
+            raise ModelLoadError(f"Failed to start workers for model {name} version: {version}: {e}") from None
+        return f'Model "{name}" Version: {version} registered with {len(started)} initial workers'
+
+    async def unregister(self, name: str, version: str | None = None) -> str:
+        versions = self._versions(name)
+        version = self._defaults[name] if version is None else version
+        if version not in versions:
+            raise ModelNotFound(f"Model version: {version} does not exist for model: {name}")
+        if version == self._defaults[name] and len(versions) > 1:
+            raise _with_code(InvalidInput(f"Cannot remove default version for model {name}; set another default "
+                                          "version first, or remove the other versions"), 403)  # fmt: skip
+        if not await self._remove(name, version):
+            raise _with_code(RequestTimeout(f"Timed out while cleaning resources: {name}"), 408)
+        return f'Model "{name}" unregistered'
+
+    async def scale(self, name: str, version: str | None, min_worker: int | None, max_worker: int | None,
+                    synchronous: bool = False, timeout: float | None = None) -> str:  # fmt: skip
+        """TorchServe's scale workers: min_worker defaults to 1, max_worker to min_worker."""
+        mv = self._version(name, version)
+        low = 1 if min_worker is None else min_worker
+        high = low if max_worker is None else max_worker
+        for key, value in (("min_worker", low), ("max_worker", high)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInput(f"Invalid {key} value: {value!r}; it must be an integer >= 0")
+        if high < low:
+            raise InvalidInput("max_worker cannot be less than min_worker.")
+        started = mv.scale(low, high)
+        self._save()
+        if not synchronous:
+            return "Processing worker updates..."
+        try:
+            ready = await mv.pool.wait_ready(started, timeout if timeout is not None and timeout >= 0 else None)
+        except ModelLoadError as e:
+            raise ModelLoadError(f"Failed to start workers for model {name} version: {mv.version}: {e}") from None
+        if not ready:
+            return "Workers scaling in progress..."
+        return f"Workers scaled to {low} for model: {name}" + (f", version: {version}" if version else "")
+
+    def set_default(self, name: str, version: str) -> str:
+        versions = self._versions(name)
+        if version not in versions:
+            raise ModelNotFound(f"Model version {version} does not exist for model {name}")
+        self._defaults[name] = version
+        self._save()
+        return f'Default version successfully updated for model "{name}" to "{version}"'
+
+    def describe(self, name: str, version: str | None = None, all_versions: bool = False) -> list[dict[str, Any]]:
+        if all_versions:
+            return [mv.describe() for mv in self._versions(name).values()]
+        return [self._version(name, version).describe()]
+
+    async def describe_custom(self, name: str, version: str | None) -> list[dict[str, Any]]:
+        """Describe plus `customizedMetadata`: the handler's describe_handle() run on a worker (never batched)."""
+        mv = self._version(name, version)
+        if not mv.pool.can_serve():
+            raise ModelNotReady(f'Model "{name}" has no worker to serve describe request. Please use scale workers '
+                                "API to add workers.")  # fmt: skip
+        job = Job.create(InferenceRequest(str(uuid.uuid4()), {}), kind=DESCRIBE)
+        mv.queue.put(job)
+        response = await job.future
+        entry = mv.describe()
+        entry["customizedMetadata"] = _json_object(response)
+        return [entry]
+
+    def list_models(self, limit: int = 100, next_page_token: int = 0) -> dict[str, Any]:
+        limit = 100 if limit > 100 or limit < 0 else limit
+        start = max(next_page_token, 0)
+        names = sorted(self._models)
+        out: dict[str, Any] = {}
+        if start + limit < len(names):
+            out["nextPageToken"] = str(start + limit)
+        out["models"] = [{"modelName": n, "modelUrl": self._models[n][self._defaults[n]].url}
+                         for n in names[start : start + limit]]  # fmt: skip
+        return out
+
+    # ---- inference ---------------------------------------------------------------------------------------------
+
+    async def submit(self, name: str, version: str | None, request: InferenceRequest) -> InferenceResponse:
+        """Queue the request on the version's workers and wait for its answer. ModelNotFound, ModelNotReady,
+        QueueFull (at once), RequestTimeout, WorkerError, or PredictionException (the handler failed the batch)."""
+        mv = self._version(name, version)
+        if self._closing or not mv.pool.can_serve():
+            where = f'"{name}"' + (f" Version {version}" if version else "")
+            raise ModelNotReady(f"Model {where} has no worker to serve inference request. Please use scale workers "
+                                "API to add workers.")  # fmt: skip
+        job = Job.create(request)
+        mv.queue.put(job)
+        self.metrics.queue_depth(name, mv.version, len(mv.queue))
+        return await job.future  # a cancelled caller cancels the job: the batcher drops it
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(healthy, per model and version: status, live and minimum workers)."""
+        details: dict[str, Any] = {}
+        healthy = True
+        for name, versions in self._models.items():
+            for version, mv in versions.items():
+                ok = mv.pool.healthy()
+                healthy = healthy and ok
+                details.setdefault(name, {})[version] = {
+                    "status": "Healthy" if ok else "Unhealthy", "liveWorkers": mv.pool.live,
+                    "minWorkers": mv.config.min_workers,
+                }  # fmt: skip
+        return healthy, details
+
+    def snapshot(self) -> dict[str, Any]:
+        """TorchServe's snapshot `models` structure: {name: {version: {defaultVersion, marName, ...}}}."""
+        return {name: {v: mv.snapshot_entry(v == self._defaults.get(name)) for v, mv in versions.items()}
+                for name, versions in self._models.items()}  # fmt: skip
+
+    # ---- internals ---------------------------------------------------------------------------------------------
+
+    def _versions(self, name: str) -> dict[str, ModelVersion]:
+        versions = self._models.get(name)
+        if not versions:
+            raise ModelNotFound(f"Model not found: {name}")
+        return versions
+
+    def _version(self, name: str, version: str | None) -> ModelVersion:
+        versions = self._versions(name)
+        mv = versions.get(self._defaults[name] if version is None else version)
+        if mv is None:
+            raise ModelNotFound(f"Model version: {version} does not exist for model: {name}")
+        return mv
+
+    async def _add(self, url: str, model_name: str | None, handler: str | None, runtime: str | None,
+                   params: dict[str, Any], loaded_at_startup: bool = False) -> ModelVersion:  # fmt: skip
+        """Open the archive and register its version (no workers yet); 409 when that version exists."""
+        path, downloaded = await resolve_url(url, self.settings)
+        try:
+            archive = await asyncio.to_thread(open_archive, path)
+        except BaseException:
+            if downloaded:
+                path.unlink(missing_ok=True)
+            raise
+        try:
+            name = model_name or archive.model_name
+            check_model_name(name)
+            async with self._lock:
+                if archive.model_version in self._models.get(name, {}):
+                    raise _with_code(InvalidInput(f"Model version {archive.model_version} is already registered for "
+                                                  f"model {name}"), 409)  # fmt: skip
+                config = resolve_config(self.settings, name, archive.model_version, archive.model_config, params)
+                mv = ModelVersion(name, archive, url, config, self.settings, self.metrics, self._next_id,
+                                  handler=handler, loaded_at_startup=loaded_at_startup,
+                                  downloaded=path if downloaded else None)  # fmt: skip
+                self._models.setdefault(name, {})[mv.version] = mv
+                self._defaults.setdefault(name, mv.version)
+        except BaseException:
+            await asyncio.to_thread(_discard, archive, path if downloaded else None)
+            raise
+        return mv
+
+    async def _remove(self, name: str, version: str) -> bool:
+        """Take the version out of routing, then drain and close it; False when draining timed out."""
+        versions = self._models[name]
+        mv = versions.pop(version)
+        if not versions:
+            del self._models[name]
+            del self._defaults[name]
+        self._save()
+        drained = await mv.close(self.settings.unregister_model_timeout)
+        self.metrics.remove_model(name, version)
+        return drained
+
+    def _next_id(self) -> str:
+        return str(next(self._ids))
+
+    def _save(self) -> None:
+        if self.settings.ncs or self._closing:
+            return
+        try:
+            write_snapshot(self.settings.snapshot_dir, self.snapshot())
+        except (OSError, ConfigError) as e:
+            log.warning("could not write the config snapshot to %s: %s", self.settings.snapshot_dir, e)
+
+
+def _check_runtime(runtime: str | None) -> None:
+    if runtime is None or runtime in ("python", "python3"):
+        return
+    if runtime == "LSP":
+        raise InvalidInput("runtime LSP (TorchServe's C++ backend) is not supported by serve; use python")
+    raise InvalidInput(f"Invalid RuntimeType value: {runtime}")
+
+
+def _json_object(response: InferenceResponse) -> dict[str, Any]:
+    """The handler's describe output as a JSON object ({} for anything else, as TorchServe)."""
+    try:
+        value = json.loads(response.body or b"null")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _discard(archive: Any, downloaded: Path | None) -> None:
+    archive.close()
+    if downloaded is not None:
+        downloaded.unlink(missing_ok=True)

@@ -1,0 +1,58 @@
+"""Which models the server registers at startup: a config snapshot's, or else `load_models`.
+
+    jobs = snapshot_models(snapshot) if snapshot else load_models(settings)
+    # each job: {"url", "model_name"} plus, from a snapshot, the version's settings and (min, max) workers
+
+`load_models=all` takes every non-hidden `.mar`, `.model`, `.tar.gz` or `.tgz` file and every directory of the
+model store, sorted by name (TorchServe's rule); `name=archive` entries name the model. A snapshot (TorchServe's
+`model_snapshot` structure) replaces load_models, as in TorchServe, and restores each version's settings, its
+worker counts and the default versions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from serve.config import Settings, split_model_entry
+
+log = logging.getLogger(__name__)
+ARCHIVE_SUFFIXES = (".mar", ".model", ".tar.gz", ".tgz")
+
+
+def load_models(settings: Settings) -> list[dict[str, Any]]:
+    """One registration job ({url, model_name}) per `load_models` entry."""
+    entries = list(settings.load_models)
+    if entries == ["all"]:
+        entries = store_archives(settings)
+    return [{"url": url, "model_name": name} for name, url in map(split_model_entry, entries)]
+
+
+def store_archives(settings: Settings) -> list[str]:
+    """The names of the archives and model directories in the model store."""
+    store = settings.model_store
+    if store is None or not store.is_dir():
+        log.warning("load_models=all but model_store %s is not a directory; no model loaded", store)
+        return []
+    return sorted(p.name for p in store.iterdir()
+                  if not p.name.startswith(".") and (p.is_dir() or p.name.endswith(ARCHIVE_SUFFIXES)))  # fmt: skip
+
+
+def snapshot_models(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """One registration job per snapshot entry, with its settings and (min, max) workers."""
+    jobs = []
+    for name, versions in (snapshot.get("models") or {}).items():
+        for entry in versions.values():
+            jobs.append({
+                "url": entry["marName"], "model_name": name, "batch_size": entry.get("batchSize"),
+                "max_batch_delay": entry.get("maxBatchDelay"), "response_timeout": entry.get("responseTimeout"),
+                "startup_timeout": entry.get("startupTimeout"),
+                "workers": (entry.get("minWorkers"), entry.get("maxWorkers")),
+            })  # fmt: skip
+    return jobs
+
+
+def snapshot_defaults(snapshot: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(name, version) of each default version the snapshot names."""
+    models = (snapshot or {}).get("models") or {}
+    return [(n, v) for n, versions in models.items() for v, e in versions.items() if e.get("defaultVersion")]

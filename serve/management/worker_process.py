@@ -1,0 +1,265 @@
+"""`WorkerProcess`: the server's side of one worker process (`python -m serve.worker.process`).
+
+It starts the process, waits for its handshake within the startup timeout, sends batches and reads replies over
+the protocol of serve/worker/protocol.py (on the process's stdin/stdout; the worker moves its own prints to
+stderr), forwards the worker's stderr to the `MODEL_LOG` logger line by line (keeping the last lines for error
+messages), and notices when the process exits, whenever that happens.
+
+The worker runs with the model directory as its working directory (as in TorchServe) and serve's source root
+first on PYTHONPATH, in its own session, so a Ctrl-C at the server's terminal reaches only the server, which
+then stops its workers in order. BLAS thread counts are left at their defaults unless the model-config sets
+`torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key), which sets OMP/OpenBLAS/MKL threads to n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import serve
+from serve.errors import ModelLoadError, WorkerError
+from serve.worker.protocol import Message, ProtocolError, encode, read_message
+
+model_log = logging.getLogger("MODEL_LOG")
+TAIL_LINES = 20
+HANDSHAKE_BYTES = 1 << 20
+STREAM_BUFFER = 1 << 20  # replies of several MB (image batches) are read with less pausing of the pipe
+
+STARTING, READY, UNLOADING, STOPPED, DEAD = "STARTING", "READY", "UNLOADING", "STOPPED", "DEAD"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker of one model version is started with."""
+
+    model_name: str
+    version: str
+    model_dir: Path
+    handler: str | None
+    batch_size: int
+    startup_timeout: float
+    max_request_size: int
+    max_response_size: int
+    limit_max_image_pixels: bool = True
+    threads: int | None = None
+
+
+class WorkerProcess:
+    """One worker process; `id` is TorchServe's worker id (a port-like number as text)."""
+
+    def __init__(self, worker_id: str, spec: WorkerSpec, gpu: int | None = None) -> None:
+        self.id, self.spec, self.gpu = worker_id, spec, gpu
+        self.state = STARTING
+        self.pid: int | None = None
+        self.start_time = time.time()
+        self.exited = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._on_exit: list[Callable[[], None]] = []
+        self._kill_requested = False
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self.exited.is_set()
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (once) when the process exits."""
+        self._on_exit.append(callback)
+
+    async def start(self) -> None:
+        """Start the process and wait for its handshake; ModelLoadError with the handler's error otherwise."""
+        spec = self.spec
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "serve.worker.process", *self._arguments(),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(spec.model_dir), env=self._environment(), start_new_session=True, limit=STREAM_BUFFER,
+        )  # fmt: skip
+        self.pid, self.start_time = self._proc.pid, time.time()
+        self._tasks = [asyncio.create_task(self._pump_stderr()), asyncio.create_task(self._watch_exit())]
+        if self._kill_requested:  # stopped while the process was being created
+            self.kill()
+        try:
+            async with asyncio.timeout(spec.startup_timeout):
+                message = await read_message(self._stdout, HANDSHAKE_BYTES)
+        except TimeoutError:
+            self.kill()
+            raise self._load_error(f"the model did not load within startup_timeout={spec.startup_timeout:g}s; "
+                                   "raise startupTimeout in the model-config or startup_timeout") from None  # fmt: skip
+        except ProtocolError as e:
+            self.kill()
+            raise self._load_error(f"the worker wrote something that is not a handshake: {e}") from None
+        await self._check_handshake(message)
+        self.state = READY
+
+    async def _check_handshake(self, message: Message | None) -> None:
+        if message is None:
+            await self.wait_exit(5.0)
+            raise self._load_error(f"the worker exited with {self.exit_description()} while loading the model"
+                                   f"{self.output_tail()}")  # fmt: skip
+        header = message[0]
+        if header.get("type") == "load_error":
+            await self.wait_exit(5.0)
+            frames = header.get("traceback") or ""
+            detail = f"{header.get('error_type')}: {header.get('message')}"
+            raise self._load_error(detail + (f"\nTraceback (most recent call last):\n{frames}" if frames else ""))
+        if header.get("type") != "ready":
+            self.kill()
+            raise self._load_error(f"unexpected handshake {header.get('type')!r} from the worker")
+
+    def _load_error(self, detail: str) -> ModelLoadError:
+        self.state = DEAD
+        return ModelLoadError(f"worker {self.id} could not load the model: {detail}")
+
+    async def send(self, header: dict[str, Any], payloads: list[bytes]) -> None:
+        """Write one message; WorkerError when the process is gone."""
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is None or not self.alive:
+            raise WorkerError(self.death_message("before the batch was sent"))
+        try:
+            stdin.write(encode(header, payloads))
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            raise WorkerError(self.death_message("while the batch was sent")) from None
+
+    async def receive(self, timeout: float) -> Message:
+        """The next message; TimeoutError after `timeout` s, WorkerError when the process died or garbled it."""
+        limit = self.spec.max_response_size * self.spec.batch_size + HANDSHAKE_BYTES
+        try:
+            async with asyncio.timeout(timeout):
+                message = await read_message(self._stdout, limit)
+        except ProtocolError as e:
+            self.kill()
+            raise WorkerError(f"Worker {self.id} sent a malformed reply and was stopped: {e}") from None
+        if message is None:
+            await self.wait_exit(2.0)
+            raise WorkerError(self.death_message("while running a batch"))
+        return message
+
+    async def stop(self, timeout: float) -> None:
+        """Close the worker's input (it exits on its own), and kill it if it is still running after `timeout` s."""
+        self.state = UNLOADING
+        if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
+        if not await self.wait_exit(timeout):
+            self.kill()
+            await self.wait_exit(5.0)
+        self.state = STOPPED
+        # the stderr pump ends at EOF; a process the handler started may still hold stderr open
+        _, pending = await asyncio.wait(self._tasks, timeout=2.0) if self._tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+
+    def kill(self) -> None:
+        """SIGKILL the worker and anything it started (its process group)."""
+        self._kill_requested = True
+        if self._proc is None or self._proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+    def memory_usage(self) -> int:
+        """Resident memory of the process in bytes (0 when unknown)."""
+        try:
+            with open(f"/proc/{self.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def exit_description(self) -> str:
+        code = self.returncode
+        if code is None:
+            return "no exit code yet"
+        if code < 0:
+            try:
+                return f"signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"signal {-code}"
+        return f"exit code {code}"
+
+    def output_tail(self) -> str:
+        lines = list(self._tail)[-5:]
+        return "; last output:\n" + "\n".join(lines) if lines else ""
+
+    def death_message(self, when: str) -> str:
+        """TorchServe's "Worker died." with what we know: which worker, how it ended, its last output."""
+        how = self.exit_description()
+        return f"Worker died. Worker {self.id} (pid {self.pid}) exited {when} ({how}){self.output_tail()}"
+
+    @property
+    def _stdout(self) -> asyncio.StreamReader:
+        assert self._proc is not None and self._proc.stdout is not None  # set by start()
+        return self._proc.stdout
+
+    def _arguments(self) -> list[str]:
+        s = self.spec
+        args = ["--model-dir", str(s.model_dir), "--batch-size", str(s.batch_size),
+                "--max-response-size", str(s.max_response_size),
+                "--max-input-bytes", str(s.max_request_size * s.batch_size * 2 + HANDSHAKE_BYTES),
+                "--limit-max-image-pixels", "true" if s.limit_max_image_pixels else "false"]  # fmt: skip
+        if s.handler:
+            args += ["--handler", s.handler]
+        if self.gpu is not None:
+            args += ["--gpu", str(self.gpu)]
+        return args
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        root = str(Path(serve.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        if self.spec.threads:
+            for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env[key] = str(self.spec.threads)
+        return env
+
+    async def wait_exit(self, timeout: float) -> bool:
+        """True once the process exited (or never started), False if it still runs after `timeout` s."""
+        if self._proc is None:
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._proc.wait()  # not `exited`: its watcher task may be cancelled (event loop shutdown)
+            return True
+        except TimeoutError:
+            return False
+
+    async def _watch_exit(self) -> None:
+        assert self._proc is not None
+        await self._proc.wait()
+        if self.state not in (UNLOADING, STOPPED):
+            self.state = DEAD
+        self.exited.set()
+        for callback in self._on_exit:
+            callback()
+
+    async def _pump_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        prefix, pending = f"[{self.spec.model_name} {self.spec.version} worker {self.id}]", b""
+        while chunk := await self._proc.stderr.read(65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._log_line(prefix, line)
+            if len(pending) > 65536:  # a very long line without newline: log it in pieces
+                self._log_line(prefix, pending)
+                pending = b""
+        if pending:
+            self._log_line(prefix, pending)
+
+    def _log_line(self, prefix: str, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        self._tail.append(text)
+        model_log.info("%s %s", prefix, text)

@@ -1,0 +1,300 @@
+"""`WorkerPool`: the worker processes of one model version, each with its batch loop and its restarts.
+
+    pool = WorkerPool(spec, queue, batcher, metrics, PoolSettings(...), next_id)
+    ready = pool.scale(min_workers=2, max_workers=2)      # starts / stops workers; futures of the new ones
+    await pool.wait_ready(ready, timeout)                 # ModelLoadError with the handler's error
+    await pool.stop(timeout)
+
+Each worker has a slot with one task: start the process, then loop (wait for a job, take a batch with the Batcher,
+run it, answer its jobs), and when the process dies or is recycled (response timeout) start it again. Restarts
+follow TorchServe's back-off (0, 1, 1, 2, 3, 5, 8, ... s; reset after a successful load) for as long as the slot
+has been failing less than `max_retry_timeout` s (model-config `maxRetryTimeoutInSec`, 300); then it stays FAILED,
+`healthy()` turns False, and if no worker of the pool is left to serve, every queued job fails with 503 at once.
+
+Worker states in describe: READY, STARTING (loading), RESTARTING (waiting out a back-off after a failure),
+UNLOADING (stopping), FAILED (gave up). TorchServe shows only READY and UNLOADING. Scaling, as in TorchServe,
+starts workers until there are `min_workers` and stops them while there are more than `max_workers`; nothing
+autoscales in between. Scale-down lets a busy worker finish its batch first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from serve.batching import Batcher, JobQueue
+from serve.errors import ModelLoadError, ModelNotReady, WorkerError
+from serve.management.dispatch import run_batch
+from serve.management.worker_process import READY, STARTING, STOPPED, UNLOADING, WorkerProcess, WorkerSpec
+from serve.metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+BACKOFF_S = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
+RESTARTING, FAILED = "RESTARTING", "FAILED"
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    response_timeout: float
+    max_retry_timeout: float = 300
+    stop_timeout: float = 120  # how long a stopping worker may take to finish its batch and exit
+    gpu_ids: tuple[int, ...] = ()  # round-robin over these; () runs on the CPU
+
+
+class WorkerSlot:
+    """One place for a worker: its current process, its state, its task, and its first load's outcome."""
+
+    def __init__(self, worker_id: str, gpu: int | None) -> None:
+        self.id, self.gpu = worker_id, gpu
+        self.worker: WorkerProcess | None = None
+        self.state = STARTING
+        self.stopping = False
+        self.busy = False
+        self.last_error: str | None = None
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[Any] | None = None
+
+    def wake(self) -> None:
+        """Interrupt the slot's wait (for a job, or a back-off): its process exited, or it should stop."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def wait(self, fut: asyncio.Future[Any], timeout: float | None = None) -> None:
+        """Wait for `fut`, for `timeout` s, or until woken; `fut` is cancelled if still pending."""
+        self._wake = fut
+        try:
+            await asyncio.wait((fut,), timeout=timeout)
+        finally:
+            self._wake = None
+            fut.cancel()
+
+    def first_load(self, error: BaseException | None) -> None:
+        if not self.ready.done():
+            if error is None:
+                self.ready.set_result(None)
+            else:
+                self.ready.set_exception(error)
+                self.ready.exception()  # retrieved: nobody may be waiting (a restart long after registration)
+
+
+class WorkerPool:
+    """The workers of one model version, fed by its JobQueue."""
+
+    def __init__(self, spec: WorkerSpec, queue: JobQueue, batcher: Batcher, metrics: ServerMetrics,
+                 settings: PoolSettings, next_id: Callable[[], str]) -> None:  # fmt: skip
+        self.spec, self.queue, self.batcher, self.metrics = spec, queue, batcher, metrics
+        self.settings, self._next_id = settings, next_id
+        self.slots: list[WorkerSlot] = []
+        self.min_workers = self.max_workers = 0
+        self._batch_ids = itertools.count(1)
+        self._gpus = itertools.cycle(settings.gpu_ids) if settings.gpu_ids else None
+
+    @property
+    def live(self) -> int:
+        return sum(1 for s in self.slots if s.state == READY)
+
+    def can_serve(self) -> bool:
+        """True while some worker is ready or (re)starting: a job put now will be answered by a worker."""
+        return any(not s.stopping and s.state != FAILED for s in self.slots)
+
+    def healthy(self) -> bool:
+        """False when the pool should have workers and every one of them gave up restarting."""
+        return self.min_workers == 0 or self.can_serve()
+
+    def scale(self, min_workers: int, max_workers: int) -> list[asyncio.Future[None]]:
+        """Start workers until `min_workers` run, stop them while more than `max_workers` do (failed workers are
+        replaced); the first-load futures of the workers started."""
+        self.min_workers, self.max_workers = min_workers, max_workers
+        active = [s for s in self.slots if not s.stopping and s.state != FAILED]
+        self.slots = [s for s in self.slots if s.state != FAILED]
+        started = []
+        while len(active) < min_workers:
+            slot = self._add_slot()
+            active.append(slot)
+            started.append(slot.ready)
+        # stop idle workers first, then the newest
+        for slot in sorted(active, key=lambda s: (s.busy, -int(s.id)))[: max(len(active) - max_workers, 0)]:
+            self._retire(slot)
+        self._report()
+        return started
+
+    async def wait_ready(self, futures: list[asyncio.Future[None]], timeout: float | None) -> bool:
+        """True once all these workers loaded, False if some are still loading after `timeout` s; the first load
+        error is raised (ModelLoadError with the handler's message)."""
+        if not futures:
+            return True
+        done, pending = await asyncio.wait(futures, timeout=timeout)
+        for fut in done:
+            if fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+        return not pending
+
+    async def stop(self, timeout: float) -> None:
+        """Stop every worker (each finishes its batch), killing those still running after `timeout` s."""
+        self.min_workers = self.max_workers = 0
+        slots = list(self.slots)
+        for slot in slots:
+            self._retire(slot)
+        tasks = [s.task for s in slots if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        for slot in slots:
+            if slot.worker is not None:
+                slot.worker.kill()
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+
+    def describe_workers(self) -> list[dict[str, Any]]:
+        """TorchServe's worker objects: id, startTime, status, memoryUsage, pid, gpu, gpuUsage (+ lastError)."""
+        out = []
+        for slot in self.slots:
+            w = slot.worker
+            start = w.start_time if w is not None else time.time()
+            entry: dict[str, Any] = {
+                "id": slot.id,
+                "startTime": _timestamp(start),
+                "status": UNLOADING if slot.stopping and slot.state != STOPPED else slot.state,
+                "memoryUsage": w.memory_usage() if w is not None and w.alive else 0,
+                "pid": w.pid if w is not None and w.pid is not None else -1,
+                "gpu": slot.gpu is not None,
+                "gpuUsage": "N/A" if slot.gpu is None else f"gpuId::{slot.gpu}",
+            }
+            if slot.last_error:
+                entry["lastError"] = slot.last_error
+            out.append(entry)
+        return out
+
+    # ---- one slot ----------------------------------------------------------------------------------------------
+
+    def _add_slot(self) -> WorkerSlot:
+        slot = WorkerSlot(self._next_id(), next(self._gpus) if self._gpus else None)
+        self.slots.append(slot)
+        slot.task = asyncio.create_task(self._run(slot), name=f"worker {self.spec.model_name} {slot.id}")
+        return slot
+
+    def _retire(self, slot: WorkerSlot) -> None:
+        slot.stopping = True
+        slot.wake()
+        if slot.state == STARTING and slot.worker is not None:
+            slot.worker.kill()  # a loading worker has no batch to finish
+
+    async def _run(self, slot: WorkerSlot) -> None:
+        failures, failing_since = 0, 0.0
+        try:
+            while not slot.stopping:
+                if failures:
+                    slot.state = RESTARTING
+                    backoff = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
+                    await slot.wait(asyncio.get_running_loop().create_future(), backoff)
+                    if slot.stopping:
+                        break
+                error = await self._start(slot)
+                if error is None:
+                    failures = 0
+                    await self._serve(slot)
+                    if slot.stopping:
+                        break
+                    error = slot.last_error or "the worker stopped"
+                failures += 1
+                failing_since = failing_since if failures > 1 else time.monotonic()
+                if time.monotonic() - failing_since >= self.settings.max_retry_timeout:
+                    self._give_up(slot, error)
+                    return
+        finally:
+            await self._end(slot)
+
+    async def _start(self, slot: WorkerSlot) -> str | None:
+        """Start the slot's process; None when it loaded, else the error text."""
+        slot.state = STARTING
+        worker = slot.worker = WorkerProcess(slot.id, self.spec, slot.gpu)
+        worker.on_exit(slot.wake)
+        worker.on_exit(self._report)
+        try:
+            await worker.start()
+        except (ModelLoadError, WorkerError, OSError) as e:
+            slot.last_error = str(e)
+            log.error("%s", e)
+            slot.first_load(e if isinstance(e, ModelLoadError) else ModelLoadError(str(e)))
+            return str(e)
+        slot.state = READY  # last_error stays: describe shows why the worker last restarted
+        slot.first_load(None)
+        self._report()
+        return None
+
+    async def _serve(self, slot: WorkerSlot) -> None:
+        """The batch loop, until the slot stops or its process is lost."""
+        worker = slot.worker
+        assert worker is not None
+        while not slot.stopping and worker.alive:
+            await slot.wait(self.queue.waiter())
+            if slot.stopping or not worker.alive:
+                break
+            batch = await self.batcher.collect(max(self.live, 1))
+            if not batch:
+                continue
+            if not worker.alive:
+                self.queue.requeue(batch)
+                break
+            if not await self._dispatch(slot, worker, batch):
+                return
+        if not slot.stopping:
+            slot.last_error = worker.death_message("while idle")
+            log.error("model %s version %s: %s", self.spec.model_name, self.spec.version, slot.last_error)
+
+    async def _dispatch(self, slot: WorkerSlot, worker: WorkerProcess, batch: list[Any]) -> bool:
+        """Run one batch; False when the worker was lost doing it (its jobs are answered with the error)."""
+        name, version = self.spec.model_name, self.spec.version
+        now = time.monotonic()
+        for job in batch:
+            self.metrics.queue_latency(name, version, now - job.enqueue_time)
+        self.metrics.batch(name, version, len(batch))
+        self.metrics.queue_depth(name, version, len(self.queue))
+        slot.busy = True
+        try:
+            reply = await run_batch(worker, batch, next(self._batch_ids), self.settings.response_timeout)
+        finally:
+            slot.busy = False
+        if isinstance(reply, str):  # killed on a timeout, or died
+            slot.last_error = reply
+            log.error("model %s version %s: %s", name, version, reply)
+            await worker.wait_exit(10.0)
+            return False
+        self.metrics.handler_time(name, version, float(reply.get("handler_ms", 0.0)))
+        if reply.get("metrics"):
+            self.metrics.backend_metrics(name, version, reply["metrics"])
+        return True
+
+    def _give_up(self, slot: WorkerSlot, error: str) -> None:
+        slot.state = FAILED
+        log.error("model %s version %s: worker %s gave up restarting after %g s of failures: %s",
+                  self.spec.model_name, self.spec.version, slot.id, self.settings.max_retry_timeout, error)  # fmt: skip
+
+    async def _end(self, slot: WorkerSlot) -> None:
+        if slot.worker is not None and slot.worker.returncode is None:
+            await slot.worker.stop(self.settings.stop_timeout)
+        slot.first_load(WorkerError(f"worker {slot.id} was stopped before its model loaded"))
+        if slot.state != FAILED:
+            slot.state = STOPPED
+            if slot in self.slots:
+                self.slots.remove(slot)
+        if not self.can_serve():
+            self.queue.fail_all(self._no_worker_error)
+        self._report()
+
+    def _no_worker_error(self) -> ModelNotReady:
+        return ModelNotReady(f'Model "{self.spec.model_name}" Version {self.spec.version} has no worker to serve '
+                             "inference request. Please use scale workers API to add workers.")  # fmt: skip
+
+    def _report(self) -> None:
+        self.metrics.workers(self.spec.model_name, self.spec.version, self.live, len(self.slots))
+
+
+def _timestamp(epoch: float) -> str:
+    """TorchServe's startTime format, yyyy-MM-dd'T'HH:mm:ss.SSS'Z', in UTC (TorchServe prints local time)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch * 1000) % 1000:03d}Z"

@@ -1,0 +1,163 @@
+"""`ServerMetrics`: the server's Prometheus metrics under TorchServe's names and labels, in its own registry.
+
+Each instance owns a `prometheus_client.CollectorRegistry` (tests run several servers in one process). Names and
+labels are TorchServe's (spec section 3):
+
+    Requests2XX / Requests4XX / Requests5XX    {Level="Host", Hostname}          one per HTTP response, any port
+    ts_inference_requests_total                 {model_name, model_version, hostname}
+    ts_inference_latency_microseconds           {model_name, model_version, hostname}   sum of end-to-end time
+    ts_queue_latency_microseconds               {model_name, model_version, hostname}   sum of time in queue
+    QueueTime (ms, last wait)                   {Level="Host", Hostname}
+    HandlerTime (ms, last batch)                {ModelName, Level="Model", Hostname}
+    any metric a handler records                its dimensions + Hostname (backend_metrics.py)
+
+Ours in addition (TorchServe has none of these; pain point 15 asks for them):
+
+    ts_inference_errors_total                   {model_name, model_version, hostname, code}  answers >= 400
+    ts_inference_latency_seconds                histogram of end-to-end time, same labels as the requests
+    ts_batch_size                               histogram of the batches sent to workers
+    ts_queue_depth                              gauge: requests waiting in the model's queue
+    ts_model_workers                            gauge, state="live" | "total"
+
+Decisions:
+- TorchServe's counters whose names lack `_total` (Requests2XX, the two `*_microseconds`) keep their exact sample
+  names, so existing dashboards and queries work; prometheus-client would append `_total` to a Counter, so they
+  are exposed as gauges that only grow (`rate()` works on them all the same).
+- `model_version` is "default" when the request named no version, as in TorchServe.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+from serve.metrics.backend_metrics import BackendMetrics
+
+MODEL_LABELS = ("model_name", "model_version", "hostname")
+HOST_LABELS = ("Level", "Hostname")
+# metrics_mode=legacy serves only these (TorchServe's three ts_* counters)
+LEGACY_NAMES = ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds")
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def _help(kind: str, unit: str) -> str:
+    return f"Torchserve prometheus {kind} metric with unit: {unit}"
+
+
+class ServerMetrics:
+    """Records the server's metrics; `render()` gives the Prometheus text page."""
+
+    def __init__(self, hostname: str | None = None) -> None:
+        self.hostname = hostname or socket.gethostname()
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self._responses = {
+            c: Gauge(f"Requests{c}XX", _help("counter", "Count"), HOST_LABELS, registry=reg).labels(
+                "Host", self.hostname
+            )
+            for c in "245"
+        }
+        self._requests = Counter("ts_inference_requests", _help("counter", "Count"), MODEL_LABELS, registry=reg)
+        self._latency_us = Gauge("ts_inference_latency_microseconds", _help("counter", "Microseconds"),
+                                 MODEL_LABELS, registry=reg)  # fmt: skip
+        self._queue_us = Gauge("ts_queue_latency_microseconds", _help("counter", "Microseconds"),
+                               MODEL_LABELS, registry=reg)  # fmt: skip
+        self._errors = Counter("ts_inference_errors", "Inference answers with a status >= 400, by status code",
+                               MODEL_LABELS + ("code",), registry=reg)  # fmt: skip
+        self._latency_s = Histogram("ts_inference_latency_seconds", "End-to-end inference time in seconds",
+                                    MODEL_LABELS, buckets=LATENCY_BUCKETS, registry=reg)  # fmt: skip
+        self._queue_time = Gauge("QueueTime", _help("gauge", "Milliseconds"), HOST_LABELS, registry=reg)
+        self._handler_time = Gauge("HandlerTime", _help("gauge", "Milliseconds"),
+                                   ("ModelName", "Level", "Hostname"), registry=reg)  # fmt: skip
+        self._batch = Histogram("ts_batch_size", "Requests per batch sent to a worker", MODEL_LABELS,
+                                buckets=BATCH_BUCKETS, registry=reg)  # fmt: skip
+        self._queue_depth = Gauge("ts_queue_depth", "Requests waiting in the model's job queue", MODEL_LABELS,
+                                  registry=reg)  # fmt: skip
+        self._workers = Gauge("ts_model_workers", "Worker processes of the model: live ones and all of them",
+                              MODEL_LABELS + ("state",), registry=reg)  # fmt: skip
+        self._request_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._backend = BackendMetrics(reg, self.hostname)
+        # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
+        self._backend.adopt("HandlerTime", "gauge", ("ModelName", "Level", "Hostname"), self._handler_time)
+
+    def http_response(self, status: int) -> None:
+        """Requests2XX / 4XX / 5XX: one per HTTP response on any listener (1xx and 3xx count as 2XX)."""
+        cls = "4" if 400 <= status < 500 else "5" if status >= 500 else "2"
+        self._responses[cls].inc()
+
+    def request(self, model: str, version: str, status: int, latency_s: float) -> None:
+        """One inference answered (or failed) after `latency_s` seconds end to end."""
+        key = (model, version or "default")
+        children = self._request_children.get(key)
+        if children is None:  # .labels() takes a lock and builds a key each time: look the children up once
+            labels = (*key, self.hostname)
+            children = (
+                self._requests.labels(*labels),
+                self._latency_us.labels(*labels),
+                self._latency_s.labels(*labels),
+            )
+            self._request_children[key] = children
+        requests, latency_us, latency_s_hist = children
+        requests.inc()
+        latency_us.inc(latency_s * 1e6)
+        latency_s_hist.observe(latency_s)
+        if status >= 400:
+            self._errors.labels(*key, self.hostname, str(status)).inc()
+
+    def queue_latency(self, model: str, version: str, seconds: float) -> None:
+        self._queue_us.labels(model, version or "default", self.hostname).inc(seconds * 1e6)
+        self._queue_time.labels("Host", self.hostname).set(seconds * 1e3)
+
+    def handler_time(self, model: str, version: str, ms: float) -> None:
+        """TorchServe's HandlerTime carries no version label; `version` is accepted for a uniform call."""
+        self._handler_time.labels(model, "Model", self.hostname).set(ms)
+
+    def batch(self, model: str, version: str, size: int) -> None:
+        self._batch.labels(model, version or "default", self.hostname).observe(size)
+
+    def queue_depth(self, model: str, version: str, depth: int) -> None:
+        self._queue_depth.labels(model, version or "default", self.hostname).set(depth)
+
+    def workers(self, model: str, version: str, live: int, total: int) -> None:
+        labels = (model, version or "default", self.hostname)
+        self._workers.labels(*labels, "live").set(live)
+        self._workers.labels(*labels, "total").set(total)
+
+    def remove_model(self, model: str, version: str) -> None:
+        """Forget a model version's gauges (its queue and workers), so an unregistered model stops showing."""
+        labels = (model, version or "default", self.hostname)
+        self._queue_depth.remove(*labels)  # prometheus-client ignores label sets it does not hold
+        for state in ("live", "total"):
+            self._workers.remove(*labels, state)
+
+    def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:
+        """Records a worker's handler produced (MetricsCache records as dicts); they carry their own ModelName."""
+        self._backend.record(records)
+
+    def render(self, names: Iterable[str] | None = None) -> tuple[bytes, str]:
+        """The Prometheus text page (format 0.0.4, as TorchServe serves) and its content type.
+
+        `names` keeps only the families with those names, or with a sample of that name
+        (`ts_inference_requests_total`, `ts_batch_size_bucket`), like TorchServe's `?name[]=` filter.
+        """
+        source: Collector = self.registry if names is None else _Filtered(self.registry, set(names))
+        return generate_latest(source), CONTENT_TYPE_PLAIN_0_0_4
+
+
+class _Filtered(Collector):
+    """The registry's families that match a set of names."""
+
+    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
+        self._registry = registry
+        self._names = names
+
+    def collect(self) -> Iterable[Any]:
+        for family in self._registry.collect():
+            if family.name in self._names or any(s.name in self._names for s in family.samples):
+                yield family

@@ -1,0 +1,97 @@
+"""The composition root: Settings -> ServerMetrics -> ModelRegistry -> DataPlane -> the three REST listeners.
+
+`run(settings)` serves in the foreground until SIGTERM or SIGINT, then drains: every listener stops accepting
+connections and finishes the requests it has (uvicorn's graceful shutdown, bounded), the registry answers what is
+queued and stops its workers (bounded by `unregister_model_timeout`), the key file is removed, and it returns 0.
+The listeners share one event loop with the registry, so a request in flight is never cut off by its own worker
+going away first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from serve.config import Settings, parse_address
+from serve.frontends.dataplane import DataPlane
+from serve.frontends.http.app import create_inference_app, create_management_app, create_metrics_app
+from serve.frontends.http.auth import TokenAuth
+from serve.management.registry import ModelRegistry
+from serve.metrics import ServerMetrics
+
+logger = logging.getLogger(__name__)
+# seconds a listener waits for its open requests to finish after SIGTERM (the registry adds its own drain)
+GRACEFUL_SECONDS = 30
+
+
+class _Listener(uvicorn.Server):
+    """A uvicorn server that leaves signals to `run`: several listeners share one loop and one drain."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listener(app: FastAPI, address: str, settings: Settings) -> _Listener:
+    host, port, tls = parse_address(address)
+    cert, key = (settings.certificate_file, settings.private_key_file) if tls else (None, None)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS, ssl_certfile=cert, ssl_keyfile=key)  # fmt: skip
+    return _Listener(config)
+
+
+async def serve(settings: Settings, started: asyncio.Event | None = None) -> int:
+    """Run the server until a stop signal (or `stop` below) and drain; the exit code."""
+    metrics = ServerMetrics()
+    registry = ModelRegistry(settings, metrics)
+    dataplane = DataPlane(registry, metrics, settings)
+    auth = TokenAuth.from_settings(settings)
+    listeners = [_listener(create_inference_app(dataplane, settings, auth), settings.inference_address, settings),
+                 _listener(create_management_app(dataplane, settings, auth), settings.management_address, settings)]
+    if settings.enable_metrics_api:
+        listeners.append(_listener(create_metrics_app(metrics, settings), settings.metrics_address, settings))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
+            loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
+    try:
+        await registry.start()
+        if started is not None:
+            started.set()
+        logger.info("serve is up: %s", ", ".join(f"{s.config.host}:{s.config.port}" for s in listeners))
+        await _until_stopped(stop, tasks)
+    finally:
+        for listener in listeners:
+            listener.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await registry.shutdown(settings.unregister_model_timeout)
+        auth.remove_key_file()
+    failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
+    return 1 if failed else 0
+
+
+async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task]) -> None:
+    """Wait for a stop signal, or for a listener to end by itself (a port it could not bind)."""
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception():
+            logger.error("a listener failed: %s", task.exception())
+
+
+def run(settings: Settings) -> int:
+    """Serve in the foreground (the CLI's `serve start --foreground`), on uvloop's event loop where installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(settings))
+    return uvloop.run(serve(settings))

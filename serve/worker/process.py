@@ -1,0 +1,237 @@
+"""The worker process: `python -m serve.worker.process --model-dir DIR ...`, one model version's handler.
+
+It loads the model directory with `load_from_archive`, answers the server's handshake (`ready`, or `load_error`
+with the handler's exception type, message and last traceback frames), then runs the batches the server sends
+(protocol.py) until its input closes. One worker, one process: a handler that crashes, leaks or calls `os._exit`
+takes down only this process, and the server restarts it.
+
+The protocol runs on duplicates of the process's original stdin/stdout. Before the handler is imported, fd 0 is
+pointed at /dev/null and fd 1 at stderr, so whatever a handler prints (from Python or from C) goes to the log and
+can never corrupt the channel.
+
+Results are serialised as TorchServe's backend does: bytes as they are, str as UTF-8, a Tensor as `serve.save`
+bytes (TorchServe: `torch.save`), anything else as `json.dumps(value, indent=2)`. Unlike TorchServe, a response
+carries a content type even when the handler sets none (octet-stream, text/plain or JSON by the value's kind), and
+a result that cannot be serialised or is over `max_response_size` fails only its own request (503 / 507), not the
+batch. A handler whose `handle` returns an iterator streams: each item it yields is a list with one chunk per
+request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import serve
+from serve.archive import open_archive
+from serve.batching.job import DESCRIBE, InferenceRequest
+from serve.errors import PredictionException
+from serve.worker.context import Context
+from serve.worker.handler_loader import Handler, load_from_archive
+from serve.worker.protocol import decode_batch, read_message_sync, write_message_sync
+
+log = logging.getLogger("serve.worker")
+TRACEBACK_FRAMES = 4
+
+
+class BatchFailed(Exception):
+    """The whole batch answers with this status and message."""
+
+    def __init__(self, code: int, message: str, error_type: str = "InternalServerException") -> None:
+        super().__init__(message)
+        self.code, self.message, self.error_type = code, message, error_type
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    channel_in, channel_out = _take_channel()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        handler, context = _load(args)
+    except (Exception, SystemExit) as e:
+        write_message_sync(channel_out, load_error(e))
+        return 1
+    write_message_sync(channel_out, {"type": "ready", "pid": os.getpid()})
+    runner = BatchRunner(handler, context, channel_out, args.max_response_size)
+    while (message := read_message_sync(channel_in, args.max_input_bytes)) is not None:
+        header, payloads = message
+        if header.get("type") == "batch":
+            runner.run(header, payloads)
+    return 0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m serve.worker.process", description="serve's model worker process")
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--handler", default=None, help="module[:function] overriding the manifest's handler")
+    p.add_argument("--gpu", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--limit-max-image-pixels", choices=("true", "false"), default="true")
+    p.add_argument("--max-response-size", type=int, default=6553500)
+    p.add_argument("--max-input-bytes", type=int, default=1 << 30)
+    return p.parse_args(argv)
+
+
+def _take_channel() -> tuple[BinaryIO, BinaryIO]:
+    """The protocol's ends, taken off fds 0 and 1 before any handler code can print to them."""
+    sys.stdout.flush()
+    channel_in = os.fdopen(os.dup(0), "rb")
+    channel_out = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    return channel_in, channel_out
+
+
+def _load(args: argparse.Namespace) -> tuple[Handler, Context]:
+    archive = open_archive(args.model_dir)
+    if args.handler:
+        archive.manifest["model"]["handler"] = args.handler
+    started = time.perf_counter()
+    handler, context = load_from_archive(archive, gpu=args.gpu, batch_size=args.batch_size,
+                                         limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
+    log.info("model %s loaded in %.2f s (pid %d)", archive.model_name, time.perf_counter() - started, os.getpid())
+    return handler, context
+
+
+def load_error(e: BaseException) -> dict[str, Any]:
+    """The handshake for a failed load: the exception and where it was raised (the last frames)."""
+    frames = traceback.extract_tb(e.__traceback__)[-TRACEBACK_FRAMES:]
+    return {"type": "load_error", "error_type": type(e).__name__, "message": str(e),
+            "traceback": "".join(traceback.format_list(frames)).rstrip()}  # fmt: skip
+
+
+class BatchRunner:
+    """Runs batches through the handler and writes their results to the channel."""
+
+    def __init__(self, handler: Handler, context: Context, channel: BinaryIO, max_response_size: int) -> None:
+        self.handler, self.context, self.channel = handler, context, channel
+        self.max_response_size = max_response_size
+
+    def run(self, header: dict[str, Any], payloads: list[bytes]) -> None:
+        batch_id = header["id"]
+        requests = decode_batch(header, payloads)
+        self.context.begin_batch({i: r.request_id for i, r in enumerate(requests)},
+                                 [_handler_headers(r, header.get("kind") == DESCRIBE) for r in requests])  # fmt: skip
+        self.context.metrics.clear()
+        started = time.perf_counter()
+        end: dict[str, Any] = {}
+        bodies: list[bytes] = []
+        try:
+            output = self.handler.handle([r.handler_inputs() for r in requests], self.context)
+            if isinstance(output, Iterator):
+                self._stream(batch_id, output, len(requests))
+                end = {"end": True}
+            else:
+                responses, bodies = self._responses(output, len(requests))
+                end = {"responses": responses}
+        except BatchFailed as e:
+            end = {"error": {"code": e.code, "type": e.error_type, "message": e.message}}
+        except Exception as e:  # every handler failure answers the batch; the worker lives on
+            end = {"error": batch_error(e)}
+        handler_ms = (time.perf_counter() - started) * 1000
+        result = {"type": "result", "id": batch_id, **end, "handler_ms": handler_ms, "metrics": self._metrics()}
+        write_message_sync(self.channel, result, bodies)
+
+    def _stream(self, batch_id: int, output: Iterator[Any], n: int) -> None:
+        for item in output:
+            responses, bodies = self._responses(item, n)
+            write_message_sync(self.channel, {"type": "chunk", "id": batch_id, "responses": responses}, bodies)
+
+    def _responses(self, output: Any, n: int) -> tuple[list[dict[str, Any]], list[bytes]]:
+        if not isinstance(output, (list, tuple)):
+            raise BatchFailed(503, f"Invalid model predict output: handle() returned {type(output).__name__}; it "
+                                   f"must return a list with one result per request ({n} requests)")  # fmt: skip
+        if len(output) != n:
+            raise BatchFailed(503, f"number of batch response mismatched: the handler returned {len(output)} results "
+                                   f"for {n} requests; handle() must return one result per request")  # fmt: skip
+        responses: list[dict[str, Any]] = []
+        bodies: list[bytes] = []
+        for idx, value in enumerate(output):
+            responses.append(self._response(idx, value, bodies))
+        return responses, bodies
+
+    def _response(self, idx: int, value: Any, bodies: list[bytes]) -> dict[str, Any]:
+        status, _ = self.context.get_response_status(idx)
+        headers = dict(self.context.get_response_headers(idx))
+        set_type = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), None)
+        try:
+            body, content_type = serialize(value)
+        except (TypeError, ValueError) as e:
+            status, body, content_type = 503, _error_body(503, f"Unsupported model output data type: {e}"), None
+        if len(body) > self.max_response_size:
+            message = (f"the response of {len(body)} bytes exceeds max_response_size ({self.max_response_size} "
+                       "bytes); raise max_response_size in config.properties")  # fmt: skip
+            status, body, content_type = 507, _error_body(507, message), None
+        bodies.append(body)
+        return {"status": status, "headers": headers, "content_type": set_type or content_type or "application/json",
+                "body": len(bodies) - 1}  # fmt: skip
+
+    def _metrics(self) -> list[dict[str, Any]]:
+        records = [
+            {"name": r.name, "value": r.value, "unit": r.unit, "metric_type": r.metric_type,
+             "dimensions": [list(d) for d in r.dimensions], "request_id": r.request_id}
+            for r in self.context.metrics.records()
+        ]  # fmt: skip
+        self.context.metrics.clear()
+        return records
+
+
+def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any]:
+    """TorchServe's per-request header dict: each input's content type, then the request headers, then the
+    `explain`/`describe` flags the frontend adds."""
+    headers: dict[str, Any] = {name: {"content-type": ct} for name, ct in request.content_types.items()}
+    headers.update(request.headers)
+    headers["explain"] = "True" if request.explain else "False"
+    if describe:
+        headers["describe"] = "True"
+    return headers
+
+
+def batch_error(e: Exception) -> dict[str, Any]:
+    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 507 for
+    MemoryError, else 500; the message names the exception. The traceback goes to the worker's log."""
+    log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
+    if isinstance(e, PredictionException) or type(e).__name__ == "PredictionException":
+        code = getattr(e, "code", None) or getattr(e, "error_code", None) or 500
+        return {"code": int(code), "type": "PredictionException", "message": getattr(e, "message", None) or str(e)}
+    if isinstance(e, MemoryError):
+        return {"code": 507, "type": "MemoryError", "message": f"Out of resources: MemoryError {e}".rstrip()}
+    return {"code": 500, "type": type(e).__name__, "message": f"{type(e).__name__}: {e}"}
+
+
+def serialize(value: Any) -> tuple[bytes, str]:
+    """A handler result as body bytes and the content type its kind suggests."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), "application/octet-stream"
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass"), "text/plain; charset=utf-8"
+    if isinstance(value, serve.Tensor):
+        buffer = io.BytesIO()
+        serve.save(value, buffer)
+        return buffer.getvalue(), "application/octet-stream"
+    return json.dumps(value, indent=2, default=_json_default).encode(), "application/json"
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # numpy arrays and scalars, serve tensors nested in a result
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable; return bytes, str or JSON-able values")
+
+
+def _error_body(code: int, message: str) -> bytes:
+    return json.dumps({"code": code, "type": "InternalServerException", "message": message}, indent=2).encode()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""A real `serve` process on free loopback ports, and the small archives the integration tests register.
+
+`ServerProcess` starts `python -m serve.cli.main start --foreground` in its own working directory (key file,
+logs and snapshots land there; TMPDIR too, so its pid file is its own), waits for `/ping`, and stops it with
+SIGTERM. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from serve.archive import package
+
+START_SECONDS = 60
+
+# A function entry point (TorchServe's `module:function` form): echoes each request, records batch sizes,
+# and misbehaves on request: "sleep" takes a second, "die" kills the worker process.
+RECORDER = '''
+import os
+import time
+
+LOG = {log!r}
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    with open(LOG, "a") as f:
+        f.write(f"{{len(data)}} {{os.getpid()}}\\n")
+    out = []
+    for row in data:
+        body = row.get("body") if row.get("body") is not None else row.get("data")
+        if isinstance(body, (bytes, bytearray)):
+            body = body.decode()
+        if body == "die":
+            os._exit(3)
+        if body == "sleep":
+            time.sleep(1.0)
+        out.append({{"echo": body}})
+    return out
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def recorder_archive(store: Path, name: str, log: Path, version: str = "1.0", file_name: str | None = None) -> Path:
+    """`<store>/<file_name or name.mar>` holding the recorder handler as model `name`, version `version`."""
+    handler = store.parent / f"{name}_{version.replace('.', '_')}_handler.py"
+    handler.write_text(RECORDER.format(log=str(log)))
+    built = package(name, version, f"{handler}:handle", export_path=store.parent / "build", force=True, progress=False)
+    return built.replace(store / (file_name or built.name))
+
+
+class ServerProcess:
+    def __init__(self, workdir: Path, store: Path, *flags: str, **properties: Any) -> None:
+        self.workdir, self.store, self.flags = workdir, store, flags
+        self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
+        workdir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{name}_address=http://127.0.0.1:{port}" for name, port in self.ports.items()]
+        lines += [f"{key}={value}" for key, value in properties.items()]
+        (workdir / "config.properties").write_text("\n".join(lines) + "\n")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def inference(self) -> str:
+        return f"http://127.0.0.1:{self.ports['inference']}"
+
+    @property
+    def management(self) -> str:
+        return f"http://127.0.0.1:{self.ports['management']}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://127.0.0.1:{self.ports['metrics']}"
+
+    def start(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--model-store", str(self.store),
+               "--ts-config", str(self.workdir / "config.properties"), *self.flags]  # fmt: skip
+        env = dict(os.environ, TMPDIR=str(self.workdir))
+        with open(self.workdir / "server.log", "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                httpx.get(self.inference + "/ping", timeout=2)
+                return self
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.proc.kill()  # never leave a server behind a failed test
+        self.proc.wait(10)
+        raise RuntimeError(f"serve did not answer /ping within {START_SECONDS} s:\n{self.log()}")
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
+
+    def log(self) -> str:
+        path = self.workdir / "server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def key(self, kind: str) -> str:
+        return json.loads((self.workdir / "key_file.json").read_text())[kind]["key"]

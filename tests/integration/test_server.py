@@ -1,0 +1,239 @@
+"""The real server as a process on loopback: a TorchServe user's flow and every documented failure.
+
+One server (model API on, token auth off) carries most tests; separate short-lived servers check token auth
+with the model API off, snapshot restore across a restart, and the SIGTERM drain.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.server import ServerProcess, recorder_archive
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS = ROOT / "examples" / "digits"
+
+
+def _digits_archive(store: Path) -> None:
+    from serve.archive import package
+
+    package("digits", "1.0", "image_classifier", model_file=DIGITS / "model.py",
+            serialized_file=DIGITS / "digits_lenet.pt", extra_files=[DIGITS / "index_to_name.json"],
+            config_file=DIGITS / "model-config.yaml", export_path=store, torch_compat=True, progress=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    base = tmp_path_factory.mktemp("server")
+    store = base / "store"
+    store.mkdir()
+    _digits_archive(store)
+    log = base / "batches.log"
+    recorder_archive(store, "echo", log)
+    recorder_archive(store, "echo", log, version="2.0", file_name="echo_v2.mar")
+    flags = ("--ncs", "--disable-token-auth", "--enable-model-api", "--models", "digits=digits.mar")
+    server = ServerProcess(base / "run", store, *flags, max_request_size=100_000, job_queue_size=4).start()
+    try:
+        yield {"server": server, "store": store, "log": log}
+    finally:
+        server.stop()
+
+
+def _register(server: ServerProcess, query: str) -> httpx.Response:
+    return httpx.post(f"{server.management}/models?{query}", timeout=120)
+
+
+def _echo(server: ServerProcess, body: str, path: str = "echo", timeout: float = 30) -> httpx.Response:
+    return httpx.post(f"{server.inference}/predictions/{path}", content=body, headers={"Content-Type": "text/plain"},
+                      timeout=timeout)  # fmt: skip
+
+
+def _batches(log: Path) -> list[int]:
+    return [int(line.split()[0]) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_ping_and_a_real_prediction(world: dict) -> None:
+    server = world["server"]
+    assert httpx.get(server.inference + "/ping").json() == {"status": "Healthy"}
+    png = (DIGITS / "sample.png").read_bytes()  # a held-out 7
+    answer = httpx.post(server.inference + "/predictions/digits", content=png, timeout=30)
+    assert answer.status_code == 200
+    assert max(answer.json(), key=answer.json().get) == "7"
+
+
+def test_register_describe_scale_versions_unregister(world: dict) -> None:
+    server = world["server"]
+    assert _register(server, "url=echo.mar&batch_size=4&max_batch_delay=300&initial_workers=1&synchronous=true"
+                     ).status_code == 200  # fmt: skip
+    listed = httpx.get(server.management + "/models").json()["models"]
+    assert {m["modelName"] for m in listed} == {"digits", "echo"}
+    [described] = httpx.get(server.management + "/models/echo").json()
+    assert (described["modelName"], described["modelVersion"], described["batchSize"]) == ("echo", "1.0", 4)
+    assert [w["status"] for w in described["workers"]] == ["READY"]
+    scaled = httpx.put(server.management + "/models/echo?min_worker=2&synchronous=true", timeout=120)
+    assert scaled.status_code == 200, scaled.text
+    [described] = httpx.get(server.management + "/models/echo").json()
+    assert len(described["workers"]) == 2
+    # a second version: the default stays the first until set-default moves it
+    assert _register(server, "url=echo_v2.mar&initial_workers=1&synchronous=true").status_code == 200
+    versions = httpx.get(server.management + "/models/echo/all").json()
+    assert sorted(v["modelVersion"] for v in versions) == ["1.0", "2.0"]
+    assert _echo(server, "hello").json() == {"echo": "hello"}
+    assert _echo(server, "hi", "echo/2.0").json() == {"echo": "hi"}
+    assert _echo(server, "hi", "echo/9.9").status_code == 404
+    assert httpx.put(server.management + "/models/echo/2.0/set-default").status_code == 200
+    [default] = httpx.get(server.management + "/models/echo").json()
+    assert default["modelVersion"] == "2.0"
+    assert httpx.delete(server.management + "/models/echo/2.0", timeout=120).status_code in (200, 403)
+    httpx.put(server.management + "/models/echo/1.0/set-default")
+    assert httpx.delete(server.management + "/models/echo/2.0", timeout=120).status_code == 200
+
+
+def test_batches_form_under_load_and_a_lone_request_is_not_held(world: dict) -> None:
+    server, log = world["server"], world["log"]
+    if not any(m["modelName"] == "echo" for m in httpx.get(server.management + "/models").json()["models"]):
+        _register(server, "url=echo.mar&batch_size=4&max_batch_delay=300&initial_workers=1&synchronous=true")
+    httpx.put(server.management + "/models/echo?min_worker=1&max_worker=1&synchronous=true", timeout=120)
+    start = time.monotonic()
+    assert _echo(server, "alone").status_code == 200
+    assert time.monotonic() - start < 0.25, "an idle model held a lone request for its max_batch_delay (300 ms)"
+    before = len(_batches(log))
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: _echo(server, f"r{i}"), range(16)))
+    assert [a.json() for a in answers] == [{"echo": f"r{i}"} for i in range(16)]
+    sizes = _batches(log)[before:]
+    assert sum(sizes) == 16 and max(sizes) > 1, f"no batch formed: {sizes}"
+
+
+def test_documented_errors(world: dict) -> None:
+    server = world["server"]
+    unknown = httpx.post(server.inference + "/predictions/nope", content=b"x")
+    assert unknown.status_code == 404 and unknown.json()["type"] == "ModelNotFoundException"
+    assert httpx.get(server.management + "/models/nope").status_code == 404
+    bad = httpx.put(server.management + "/models/digits?min_worker=abc")
+    assert bad.status_code == 400 and "min_worker" in bad.json()["message"]
+    big = httpx.post(server.inference + "/predictions/digits", content=b"x" * 200_000)
+    assert big.status_code == 413
+    garbage = httpx.post(server.inference + "/predictions/digits", content=b"not an image", timeout=30)
+    assert garbage.status_code == 400 and "message" in garbage.json()
+    outside = _register(server, "url=/etc/passwd")
+    assert 400 <= outside.status_code < 500
+
+
+def test_queue_full_is_503_at_once(world: dict) -> None:
+    server = world["server"]
+    _register(server, "url=echo.mar&model_name=slow&batch_size=1&initial_workers=1&synchronous=true")
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(_echo, server, "sleep", "slow", 60) for _ in range(12)]
+        codes = sorted(f.result().status_code for f in futures)
+    assert 503 in codes and 200 in codes, codes
+    full = next(f.result() for f in futures if f.result().status_code == 503)
+    assert full.json()["code"] == 503
+    httpx.delete(server.management + "/models/slow", timeout=120)
+
+
+def test_a_killed_worker_fails_its_request_then_recovers(world: dict) -> None:
+    server = world["server"]
+    _register(server, "url=echo.mar&model_name=fragile&initial_workers=1&synchronous=true")
+    [before] = httpx.get(server.management + "/models/fragile").json()
+    died = _echo(server, "die", "fragile")
+    assert 500 <= died.status_code < 600 and died.json()["message"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        again = _echo(server, "alive", "fragile")
+        if again.status_code == 200:
+            break
+        time.sleep(0.2)
+    assert again.json() == {"echo": "alive"}
+    [after] = httpx.get(server.management + "/models/fragile").json()
+    assert after["workers"][0]["pid"] != before["workers"][0]["pid"]
+    httpx.delete(server.management + "/models/fragile", timeout=120)
+
+
+def test_metrics_are_on_by_default(world: dict) -> None:
+    server = world["server"]
+    text = httpx.get(server.metrics + "/metrics").text
+    assert 'ts_inference_requests_total{' in text and 'model_name="digits"' in text
+    assert "ts_queue_latency_microseconds" in text
+
+
+def test_unregister_then_404(world: dict) -> None:
+    server = world["server"]
+    _register(server, "url=echo.mar&model_name=gone&initial_workers=1&synchronous=true")
+    assert httpx.delete(server.management + "/models/gone", timeout=120).status_code == 200
+    assert _echo(server, "x", "gone").status_code == 404
+
+
+def test_token_auth_and_model_api_off(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    recorder_archive(store, "echo", tmp_path / "b.log")
+    server = ServerProcess(tmp_path / "run", store, "--ncs", "--models", "echo=echo.mar").start()
+    try:
+        assert httpx.get(server.inference + "/ping").status_code == 200  # probes need no key
+        assert httpx.get(server.metrics + "/metrics").status_code == 200
+        assert _echo(server, "x").status_code == 401
+        auth = {"Authorization": f"Bearer {server.key('inference')}", "Content-Type": "text/plain"}
+        assert httpx.post(server.inference + "/predictions/echo", content="x", headers=auth).json() == {"echo": "x"}
+        wrong = {"Authorization": f"Bearer {server.key('inference')}"}
+        assert httpx.get(server.management + "/models", headers=wrong).status_code == 401
+        mgmt = {"Authorization": f"Bearer {server.key('management')}"}
+        assert httpx.get(server.management + "/models", headers=mgmt).status_code == 200
+        disabled = httpx.post(server.management + "/models?url=echo.mar&model_name=e2", headers=mgmt)
+        assert disabled.status_code == 405
+        assert (tmp_path / "run" / "key_file.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        assert server.stop() == 0
+    assert not (tmp_path / "run" / "key_file.json").exists()
+
+
+def test_snapshot_restores_models_after_restart(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    recorder_archive(store, "echo", tmp_path / "b.log")
+    flags = ("--disable-token-auth", "--enable-model-api")
+    first = ServerProcess(tmp_path / "run", store, *flags).start()
+    try:
+        assert _register(first, "url=echo.mar&batch_size=2&initial_workers=2&synchronous=true").status_code == 200
+    finally:
+        assert first.stop() == 0
+    second = ServerProcess(tmp_path / "run", store, *flags).start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            described = httpx.get(second.management + "/models/echo")
+            if described.status_code == 200 and len(described.json()[0]["workers"]) == 2:
+                break
+            time.sleep(0.2)
+        [echo] = described.json()
+        assert (echo["batchSize"], len(echo["workers"])) == (2, 2)
+        assert _echo(second, "back").json() == {"echo": "back"}
+    finally:
+        second.stop()
+
+
+def test_sigterm_drains_requests_in_flight(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    recorder_archive(store, "echo", tmp_path / "b.log")
+    server = ServerProcess(tmp_path / "run", store, "--ncs", "--disable-token-auth", "--models", "echo=echo.mar")
+    server.start()
+    results: list[httpx.Response] = []
+    threads = [threading.Thread(target=lambda: results.append(_echo(server, "sleep", timeout=60))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # the requests are in the queue or running
+    code = server.stop()
+    for t in threads:
+        t.join(60)
+    assert code == 0, server.log()
+    assert [r.status_code for r in results] == [200, 200, 200], [r.text for r in results]
+    assert all(json.loads(r.text) == {"echo": "sleep"} for r in results)

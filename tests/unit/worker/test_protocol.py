@@ -1,0 +1,135 @@
+"""The worker channel: frames (JSON header + raw payloads), value packing, batch encoding, and BatchRunner's
+answers (serialisation, content types, wrong result counts, oversize responses, metrics) without a process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import pytest
+
+from serve.batching import InferenceRequest
+from serve.errors import PredictionException
+from serve.worker import Context
+from serve.worker.process import BatchRunner, batch_error, serialize
+from serve.worker.protocol import (
+    ProtocolError,
+    decode_batch,
+    encode,
+    encode_batch,
+    read_message,
+    read_message_sync,
+    write_message_sync,
+)
+
+
+def test_frames_round_trip_sync_and_async():
+    buffer = io.BytesIO()
+    write_message_sync(buffer, {"type": "x", "n": 1}, [b"\x00\xff", b""])
+    write_message_sync(buffer, {"type": "y"})
+    data = buffer.getvalue()
+    stream = io.BytesIO(data)
+    assert read_message_sync(stream, 100) == ({"type": "x", "n": 1}, [b"\x00\xff", b""])
+    assert read_message_sync(stream, 100) == ({"type": "y"}, [])
+    assert read_message_sync(stream, 100) is None
+
+    async def read_all():
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return [await read_message(reader, 100) for _ in range(3)]
+
+    assert asyncio.run(read_all()) == [({"type": "x", "n": 1}, [b"\x00\xff", b""]), ({"type": "y"}, []), None]
+
+
+@pytest.mark.parametrize(
+    "data, limit, message",
+    [
+        (encode({"a": 1}, [b"12345"])[:-2], 100, "ended inside a frame"),
+        (encode({"a": 1}, [b"12345"]), 4, "exceed the limit of 4 bytes"),
+        (b"\x00\x00\x00\x03abc", 100, "not JSON"),
+        (b"\x00\x00\x00\x02[]", 100, "must be a JSON object"),
+        (b"\x00\x00", 100, "length prefix"),
+    ],
+)
+def test_malformed_frames_are_refused(data, limit, message):
+    with pytest.raises(ProtocolError, match=message):
+        read_message_sync(io.BytesIO(data), limit)
+
+
+def test_batches_carry_bytes_text_and_json():
+    requests = [
+        InferenceRequest("a", {"body": b"\x89PNG"}, {"body": "image/png"}, {"x-k": "v"}),
+        InferenceRequest("b", {"data": "t\ud800xt", "n": {"k": [1, 2]}}, {}, {}, explain=True),
+    ]
+    header, payloads = encode_batch(7, "predict", requests)
+    assert payloads == [b"\x89PNG", "t\ud800xt".encode("utf-8", "surrogatepass")]  # raw, not base64 in JSON
+    frame = read_message_sync(io.BytesIO(encode(header, payloads)), 1 << 20)
+    assert frame is not None
+    out = decode_batch(*frame)
+    assert out[0].inputs == {"body": bytearray(b"\x89PNG")} and isinstance(out[0].inputs["body"], bytearray)
+    assert (out[0].content_types, out[0].headers) == ({"body": "image/png"}, {"x-k": "v"})
+    assert out[1].inputs == {"data": "t\ud800xt", "n": {"k": [1, 2]}} and out[1].explain
+
+
+def test_serialize_and_batch_errors():
+    assert serialize(b"raw") == (b"raw", "application/octet-stream")
+    assert serialize("text") == (b"text", "text/plain; charset=utf-8")
+    assert serialize({"a": [1]}) == (b'{\n  "a": [\n    1\n  ]\n}', "application/json")  # TorchServe's indent=2
+    with pytest.raises(TypeError, match="object is not JSON serializable"):
+        serialize(object())
+    assert batch_error(PredictionException("nope", 513)) == {"code": 513, "type": "PredictionException",
+                                                             "message": "nope"}  # fmt: skip
+    assert batch_error(KeyError("k"))["message"] == "KeyError: 'k'"
+    assert batch_error(MemoryError())["code"] == 507
+
+
+def run_batch(handle, bodies, max_response_size=1000):
+    class Handler:
+        def handle(self, data, context):
+            return handle(data, context)
+
+    channel = io.BytesIO()
+    context = Context("m", ".", None, 4, None, "0")
+    runner = BatchRunner(Handler(), context, channel, max_response_size)
+    requests = [InferenceRequest(f"r{i}", {"body": b}) for i, b in enumerate(bodies)]
+    runner.run(*encode_batch(1, "predict", requests))
+    channel.seek(0)
+    messages = []
+    while (m := read_message_sync(channel, 1 << 20)) is not None:
+        messages.append(m)
+    return messages
+
+
+def test_runner_answers_per_request_statuses_and_content_types():
+    def handle(data, context):
+        context.set_response_status(404, "", 1)
+        context.set_response_content_type(0, "image/png")
+        context.metrics.add_counter("Seen", len(data))
+        return [b"png", {"missing": True}]
+
+    [(header, bodies)] = run_batch(handle, [b"a", b"b"])
+    assert [(r["status"], r["content_type"]) for r in header["responses"]] == [(200, "image/png"),
+                                                                             (404, "application/json")]  # fmt: skip
+    assert [bodies[r["body"]] for r in header["responses"]] == [b"png", b'{\n  "missing": true\n}']
+    assert header["metrics"][0]["name"] == "Seen" and header["metrics"][0]["value"] == 2
+
+
+def test_runner_fails_the_batch_on_a_wrong_count_and_one_request_on_an_oversize_body():
+    [(header, _)] = run_batch(lambda data, ctx: ["only one"], [b"a", b"b"])
+    assert header["error"]["code"] == 503 and "returned 1 results for 2 requests" in header["error"]["message"]
+    [(header, bodies)] = run_batch(lambda data, ctx: ["x" * 2000, "small"], [b"a", b"b"])
+    big, small = header["responses"]
+    assert big["status"] == 507 and "exceeds max_response_size (1000 bytes)" in json.loads(bodies[0])["message"]
+    assert small["status"] == 200 and bodies[1] == b"small"
+
+
+def test_runner_streams_a_generator():
+    def handle(data, context):
+        yield ["a", "b"]
+        yield ["c", "d"]
+
+    messages = run_batch(handle, [b"1", b"2"])
+    assert [h["type"] for h, _ in messages] == ["chunk", "chunk", "result"]
+    assert messages[1][1] == [b"c", b"d"] and messages[2][0]["end"] is True
