@@ -8,7 +8,7 @@ parameter 400), CORS when `cors_allowed_origin` is set, and `ServeHTTPMiddleware
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -21,6 +21,7 @@ from serve import __version__
 from serve.errors import InvalidInput, ServeError
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.auth import TokenAuth
+from serve.frontends.http.fast_path import PredictionFastPath
 from serve.frontends.http.middleware import ServeHTTPMiddleware
 from serve.frontends.http.responses import pretty_json, serve_error_handler
 from serve.frontends.http.routers import api_description, metrics, models, ping, predictions, token
@@ -37,12 +38,15 @@ HTTP_ERRORS = {
 
 
 def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
-    """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`."""
+    """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`; predictions take
+    the fast path (fast_path.py) unless CORS is configured."""
     app = _app("inference API", settings, dataplane.metrics,
                [predictions.router, ping.router, api_description.router],
                dataplane=dataplane, auth=auth)  # fmt: skip
     _add_openapi_paths(app, predictions.OPENAPI_PATHS)
-    return app
+    if settings.cors_allowed_origin:
+        return app
+    return cast(FastAPI, PredictionFastPath(app, settings.max_request_size, dataplane.metrics))
 
 
 def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
