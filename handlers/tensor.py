@@ -14,10 +14,20 @@ return one tensor (batch, ...); request i gets row i.
 Output per request: a JSON (nested) list, or `.npy` bytes when its Accept header prefers
 `application/x-npy` or `application/octet-stream` (the response content type says which).
 Bad input (neither .npy nor JSON, a ragged list, strings or objects, an unsupported dtype): a 400 that says so.
+
+Open Inference Protocol (v2) requests (serve/frontends/oip/core.py delivers them as TorchServe's kservev2 dict
+`{"id", "inputs": [{"name", "datatype", "shape", "data"}], ...}`): the one input's first dimension is the batch,
+so a v2 request brings `shape[0]` rows to the batch (a plain request brings one). Its answer is
+`{"outputs": [{"name", "datatype", "shape", "data"}]}` with its rows, for every v2 request of a batch, whatever
+the others are (TorchServe's kservev2 envelope looks only at the first request). Names: model-config
+`handler: {inputs: [{name, datatype, shape}], outputs: [...]}` when given (an input of another name is a 400),
+else any input name is taken and the output is `output0`. BYTES inputs are refused (the model takes numbers);
+BF16 values become float32.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from typing import Any
@@ -33,6 +43,12 @@ NPY_MAGIC = b"\x93NUMPY"
 NPY_TYPES = ("application/x-npy", "application/octet-stream")
 JSON_TYPE = "application/json"
 DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+# v2 datatype <-> numpy dtype name, for the ones a model can take (BYTES cannot; BF16 arrives as FP32)
+V2_TYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+            "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16",
+            "FP32": "float32", "FP64": "float64"}  # fmt: skip
+V2_NAMES = {dtype: name for name, dtype in V2_TYPES.items()}
+DEFAULT_OUTPUT = "output0"
 
 
 class TensorHandler(BaseHandler):
@@ -44,38 +60,67 @@ class TensorHandler(BaseHandler):
         if dtype is not None and dtype not in DTYPES:
             raise ValueError(f"model-config handler.dtype must be one of {list(DTYPES)}, got {dtype!r}")
         self.input_dtype = dtype
-        self.rows: list[int] = []
+        self.input_name = _first_name(self.handler_config.get("inputs"), None)  # None: any name is taken
+        self.output_name = _first_name(self.handler_config.get("outputs"), DEFAULT_OUTPUT) or DEFAULT_OUTPUT
+        self.rows: list[Row] = []
 
     def preprocess(self, data: list[Any]) -> serve.Tensor | None:
-        good, arrays = self.decode_rows(data, decode_array)
+        good, decoded = self.decode_rows(data, self._decode)
         self.rows = []
-        batch: list[np.ndarray] = []
-        for idx, array in zip(good, arrays):
-            if batch and array.shape != batch[0].shape:
-                message = f"input shape {array.shape} does not match the batch's {batch[0].shape}"
+        batch: list[np.ndarray] = []  # each (n, *shape): n = 1 for a plain request, shape[0] for a v2 one
+        for idx, (array, v2) in zip(good, decoded):
+            if batch and array.shape[1:] != batch[0].shape[1:]:
+                message = f"input shape {array.shape[1:]} does not match the batch's {batch[0].shape[1:]}"
                 self.row_error(idx, 400, message + ": every request to this model must send an array of the same shape")
                 continue
-            self.rows.append(idx)
+            self.rows.append(Row(idx, len(array), v2))
             batch.append(array if self.input_dtype is None else array.astype(self.input_dtype))
         if not batch:
             return None
-        return serve.from_numpy(np.stack(batch))  # (batch, *shape)
+        return serve.from_numpy(np.concatenate(batch))  # (batch, *shape)
+
+    def _decode(self, payload: Any) -> tuple[np.ndarray, bool]:
+        """(rows, is v2): a plain input is one row; a v2 request's input is its own batch."""
+        if isinstance(payload, (bytes, bytearray)) and bytes(payload[:6]) != NPY_MAGIC:
+            payload = _parse_json(payload)  # a v2 body that reached the handler undecoded
+        if isinstance(payload, dict) and isinstance(payload.get("inputs"), list):
+            return decode_v2(payload, self.input_name), True
+        return decode_array(payload)[None], False
 
     def postprocess(self, data: Any) -> list[Any]:
         if not isinstance(data, serve.Tensor):
             raise RuntimeError(f"the tensor handler expects the model to return one tensor, got {type(data).__name__}")
         out = data.detach().cpu().numpy()
-        if out.ndim == 0 or out.shape[0] != len(self.rows):
+        total = sum(r.count for r in self.rows)
+        if out.ndim == 0 or out.shape[0] != total:
             raise RuntimeError(
-                f"the model returned shape {out.shape} for a batch of {len(self.rows)}: its first dimension must be "
-                "the batch"
+                f"the model returned shape {out.shape} for a batch of {total}: its first dimension must be the batch"
             )
-        return [self._encode(idx, row) for idx, row in zip(self.rows, out)]
+        results = []
+        start = 0
+        for r in self.rows:
+            part = out[start : start + r.count]
+            start += r.count
+            results.append(self._encode_v2(r.idx, part) if r.v2 else self._encode(r.idx, part[0]))
+        return results
 
-    def _encode(self, idx: int, row: np.ndarray) -> Any:
+    def _encode_v2(self, idx: int, rows: np.ndarray) -> dict[str, Any]:
+        """A v2 request's rows as `{"outputs": [one tensor]}` (the frontend adds model name, version and id)."""
+        datatype = V2_NAMES.get(rows.dtype.name)
+        if datatype is None:
+            raise RuntimeError(f"the model returned dtype {rows.dtype}, which has no v2 datatype")
+        self._require_context().set_response_content_type(idx, JSON_TYPE)
+        return {"outputs": [{"name": self.output_name, "datatype": datatype, "shape": list(rows.shape),
+                             "data": rows.reshape(-1).tolist()}]}  # fmt: skip
+
+    def _require_context(self) -> Context:
         context = self.context  # set by handle() before postprocess runs
         if context is None:
             raise RuntimeError("postprocess ran outside handle(): the tensor handler needs the request context")
+        return context
+
+    def _encode(self, idx: int, row: np.ndarray) -> Any:
+        context = self._require_context()
         accept = preferred_type(context.get_request_header(idx, "accept"))
         if accept in NPY_TYPES:
             context.set_response_content_type(idx, accept)
@@ -84,6 +129,43 @@ class TensorHandler(BaseHandler):
             return buffer.getvalue()
         context.set_response_content_type(idx, JSON_TYPE)
         return row.tolist()
+
+
+@dataclasses.dataclass
+class Row:
+    """Request `idx` of the batch brought `count` rows; `v2`: answer it with v2 outputs."""
+
+    idx: int
+    count: int
+    v2: bool
+
+
+def decode_v2(body: dict[str, Any], expected_name: str | None = None) -> np.ndarray:
+    """The one input of a v2 request body as an array of its shape; InvalidInput says what was wrong."""
+    inputs = body["inputs"]
+    if len(inputs) != 1 or not isinstance(inputs[0], dict):
+        raise InvalidInput(f"the tensor handler takes exactly one input tensor, got {len(inputs)}")
+    spec = inputs[0]
+    name, datatype, shape = spec.get("name"), spec.get("datatype"), spec.get("shape")
+    if expected_name is not None and name != expected_name:
+        raise InvalidInput(f"unknown input {name!r}: this model's input is {expected_name!r}")
+    dtype = "float32" if datatype == "BF16" else V2_TYPES.get(str(datatype))  # BF16 values arrive as floats
+    if dtype is None:
+        raise InvalidInput(f"input {name!r}: datatype {datatype!r} is not numeric: send one of {', '.join(V2_TYPES)}")
+    if not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise InvalidInput(f"input {name!r}: shape must be a non-empty list of sizes, the first the batch: {shape!r}")
+    try:
+        array = np.array(spec.get("data"), dtype=dtype)
+        return array.reshape(shape)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidInput(f"input {name!r}: data does not fit {datatype} of shape {shape}: {e}") from None
+
+
+def _first_name(specs: Any, default: str | None) -> str | None:
+    """The first tensor name of model-config `handler.inputs` / `handler.outputs`, else the default."""
+    if isinstance(specs, list) and specs and isinstance(specs[0], dict) and "name" in specs[0]:
+        return str(specs[0]["name"])
+    return default
 
 
 def decode_array(payload: Any) -> np.ndarray:

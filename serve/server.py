@@ -1,8 +1,9 @@
-"""The composition root: Settings -> ServerMetrics -> ModelRegistry -> DataPlane -> the three REST listeners.
+"""The composition root: Settings -> ServerMetrics -> ModelRegistry -> DataPlane -> the three REST listeners and the
+two gRPC servers (inference 7070, management 7071).
 
 `run(settings)` serves in the foreground until SIGTERM or SIGINT, then drains: every listener stops accepting
-connections and finishes the requests it has (uvicorn's graceful shutdown, bounded), the registry answers what is
-queued and stops its workers (bounded by `unregister_model_timeout`), the key file is removed, and it returns 0.
+connections and finishes the requests it has (uvicorn's and grpc's graceful shutdown, bounded), the registry answers
+what is queued and stops its workers (bounded by `unregister_model_timeout`), the key file is removed, and it returns 0.
 The listeners share one event loop with the registry, so a request in flight is never cut off by its own worker
 going away first.
 """
@@ -16,10 +17,11 @@ import signal
 from collections.abc import Iterator
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from serve.config import Settings, parse_address
 from serve.frontends.dataplane import DataPlane
+from serve.frontends.grpc.server import create_grpc_servers
 from serve.frontends.http.app import create_inference_app, create_management_app, create_metrics_app
 from serve.frontends.http.auth import TokenAuth
 from serve.management.registry import ModelRegistry
@@ -38,7 +40,7 @@ class _Listener(uvicorn.Server):
         yield
 
 
-def _listener(app: FastAPI, address: str, settings: Settings) -> _Listener:
+def _listener(app: ASGIApp, address: str, settings: Settings) -> _Listener:
     host, port, tls = parse_address(address)
     cert, key = (settings.certificate_file, settings.private_key_file) if tls else (None, None)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
@@ -52,8 +54,10 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     registry = ModelRegistry(settings, metrics)
     dataplane = DataPlane(registry, metrics, settings)
     auth = TokenAuth.from_settings(settings)
-    listeners = [_listener(create_inference_app(dataplane, settings, auth), settings.inference_address, settings),
-                 _listener(create_management_app(dataplane, settings, auth), settings.management_address, settings)]
+    listeners = [
+        _listener(create_inference_app(dataplane, settings, auth), settings.inference_address, settings),
+        _listener(create_management_app(dataplane, settings, auth), settings.management_address, settings),
+    ]
     if settings.enable_metrics_api:
         listeners.append(_listener(create_metrics_app(metrics, settings), settings.metrics_address, settings))
     stop = asyncio.Event()
@@ -62,7 +66,11 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
             loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
+    grpc_servers: list = []
     try:
+        grpc_servers = create_grpc_servers(dataplane, settings, auth)  # a port it cannot bind: ConfigError
+        for grpc_server in grpc_servers:
+            await grpc_server.start()
         await registry.start()
         if started is not None:
             started.set()
@@ -71,7 +79,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     finally:
         for listener in listeners:
             listener.should_exit = True
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *(s.stop(GRACEFUL_SECONDS) for s in grpc_servers), return_exceptions=True)
         await registry.shutdown(settings.unregister_model_timeout)
         auth.remove_key_file()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.batching import InferenceRequest, InferenceResponse
 from serve.errors import InvalidInput, ModelApiDisabled, ModelNotFound
@@ -46,6 +46,7 @@ class ModelRegistry(Protocol):
     def list_models(self, limit: int = 100, next_page_token: int = 0) -> dict: ...
     async def submit(self, name: str, version: str | None, request: InferenceRequest) -> InferenceResponse: ...
     def health(self) -> tuple[bool, dict]: ...
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]: ...
 
 
 class DataPlane:

@@ -75,6 +75,7 @@ GRPC_CODES = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
+    405: "PERMISSION_DENIED",  # the model API switched off: TorchServe's code for it
     409: "ABORTED",
     413: "RESOURCE_EXHAUSTED",
     416: "OUT_OF_RANGE",

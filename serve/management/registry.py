@@ -177,6 +177,10 @@ class ModelRegistry:
         self._save()
         return f'Default version successfully updated for model "{name}" to "{version}"'
 
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """The archive's model-config YAML (parsed) of a version (the default one when `version` is None)."""
+        return dict(self._version(name, version).archive.model_config)
+
     def describe(self, name: str, version: str | None = None, all_versions: bool = False) -> list[dict[str, Any]]:
         if all_versions:
             return [mv.describe() for mv in self._versions(name).values()]

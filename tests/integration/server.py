@@ -71,7 +71,8 @@ class ServerProcess:
         self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
         workdir.mkdir(parents=True, exist_ok=True)
         lines = [f"{name}_address=http://127.0.0.1:{port}" for name, port in self.ports.items()]
-        lines += [f"{key}={value}" for key, value in properties.items()]
+        grpc_ports = {"grpc_inference_port": free_port(), "grpc_management_port": free_port()}
+        lines += [f"{key}={value}" for key, value in {**grpc_ports, **properties}.items()]
         (workdir / "config.properties").write_text("\n".join(lines) + "\n")
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -8,7 +8,7 @@ parameter 400), CORS when `cors_allowed_origin` is set, and `ServeHTTPMiddleware
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -24,7 +24,7 @@ from serve.frontends.http.auth import TokenAuth
 from serve.frontends.http.fast_path import PredictionFastPath
 from serve.frontends.http.middleware import ServeHTTPMiddleware
 from serve.frontends.http.responses import pretty_json, serve_error_handler
-from serve.frontends.http.routers import api_description, metrics, models, ping, predictions, token
+from serve.frontends.http.routers import api_description, kserve_v1, metrics, models, oip, ping, predictions, token
 from serve.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -37,16 +37,17 @@ HTTP_ERRORS = {
 }
 
 
-def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
-    """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`; predictions take
+def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI | PredictionFastPath:
+    """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`, the Open Inference
+    Protocol's `/v2/...` and KServe v1's `/v1/models/...` (routers/oip.py, kserve_v1.py); predictions take
     the fast path (fast_path.py) unless CORS is configured."""
     app = _app("inference API", settings, dataplane.metrics,
-               [predictions.router, ping.router, api_description.router],
+               [predictions.router, ping.router, api_description.router, oip.router, kserve_v1.router],
                dataplane=dataplane, auth=auth)  # fmt: skip
     _add_openapi_paths(app, predictions.OPENAPI_PATHS)
     if settings.cors_allowed_origin:
         return app
-    return cast(FastAPI, PredictionFastPath(app, settings.max_request_size, dataplane.metrics))
+    return PredictionFastPath(app, settings.max_request_size, dataplane.metrics)
 
 
 def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:

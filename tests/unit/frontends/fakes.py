@@ -86,6 +86,10 @@ class FakeRegistry:
     def health(self) -> tuple[bool, dict]:
         return self.healthy, {}
 
+    def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
+        self._check(name, version)
+        return {}
+
 
 @dataclasses.dataclass
 class Server:

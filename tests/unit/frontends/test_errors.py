@@ -16,7 +16,7 @@ from serve.frontends.errors import grpc_code_for_status
         (errors.ArchiveError("bad archive"), 400, "InvalidModelException", "INVALID_ARGUMENT"),
         (errors.Unauthorized("no key"), 401, "InvalidKeyException", "UNAUTHENTICATED"),
         (errors.ModelNotFound("Model not found: m"), 404, "ModelNotFoundException", "NOT_FOUND"),
-        (errors.ModelApiDisabled("off"), 405, "MethodNotAllowedException", "FAILED_PRECONDITION"),
+        (errors.ModelApiDisabled("off"), 405, "MethodNotAllowedException", "PERMISSION_DENIED"),
         (errors.RequestTooLarge("big"), 413, "RequestEntityTooLargeException", "RESOURCE_EXHAUSTED"),
         (errors.QueueFull("full"), 503, "ServiceUnavailableException", "UNAVAILABLE"),
         (errors.ModelNotReady("no worker"), 503, "ServiceUnavailableException", "UNAVAILABLE"),

@@ -1,0 +1,99 @@
+"""`create_grpc_servers(dataplane, settings, auth)`: the two grpc.aio servers, built but not started.
+
+- inference, on grpc_inference_address:grpc_inference_port (7070): TorchServe's InferenceAPIsService, the KServe
+  v2 `inference.GRPCInferenceService`, health (SERVING when DataPlane.ping() is healthy) and reflection; token:
+  the inference key.
+- management, on grpc_management_address:grpc_management_port (7071): TorchServe's ManagementAPIsService, health
+  and reflection; token: the management key.
+
+Message size limits come from max_request_size (receive) and max_response_size (send), not grpcio's 4 MiB
+default. With enable_grpc_ssl both listen with TLS from certificate_file and private_key_file.
+The caller starts them (`await server.start()`) and stops them with a grace period (`await server.stop(grace)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from grpc_reflection.v1alpha import reflection
+
+from serve.errors import ConfigError
+from serve.frontends.dataplane import DataPlane
+from serve.frontends.grpc.auth import TokenInterceptor
+from serve.frontends.grpc.generated import (
+    grpc_predict_v2_pb2,
+    grpc_predict_v2_pb2_grpc,
+    inference_pb2,
+    inference_pb2_grpc,
+    management_pb2,
+    management_pb2_grpc,
+)
+from serve.frontends.grpc.health import SERVICE_NAME as HEALTH_SERVICE
+from serve.frontends.grpc.health import HealthServicer, health_pb2_grpc
+from serve.frontends.grpc.servicers.kserve_v2 import KServeV2Servicer
+from serve.frontends.grpc.servicers.torchserve_inference import TorchServeInferenceServicer
+from serve.frontends.grpc.servicers.torchserve_management import TorchServeManagementServicer
+from serve.frontends.http.auth import INFERENCE, MANAGEMENT, TokenAuth
+
+if TYPE_CHECKING:
+    from serve.config import Settings
+
+INFERENCE_SERVICE = inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
+V2_SERVICE = grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+MANAGEMENT_SERVICE = management_pb2.DESCRIPTOR.services_by_name["ManagementAPIsService"].full_name
+
+
+def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> list[grpc.aio.Server]:
+    inference = _server(settings, auth, INFERENCE)
+    inference_pb2_grpc.add_InferenceAPIsServiceServicer_to_server(
+        TorchServeInferenceServicer(dataplane, settings.decode_input_request), inference
+    )
+    grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(KServeV2Servicer(dataplane), inference)
+    _add_health_and_reflection(inference, dataplane.ping, [INFERENCE_SERVICE, V2_SERVICE])
+    _bind(inference, settings.grpc_inference_address, settings.grpc_inference_port, settings, "grpc_inference")
+
+    management = _server(settings, auth, MANAGEMENT)
+    management_pb2_grpc.add_ManagementAPIsServiceServicer_to_server(TorchServeManagementServicer(dataplane), management)
+    _add_health_and_reflection(management, lambda: True, [MANAGEMENT_SERVICE])
+    _bind(management, settings.grpc_management_address, settings.grpc_management_port, settings, "grpc_management")
+    return [inference, management]
+
+
+def _server(settings: Settings, auth: TokenAuth, kind: str) -> grpc.aio.Server:
+    options = [("grpc.max_receive_message_length", settings.max_request_size),
+               ("grpc.max_send_message_length", settings.max_response_size),
+               ("grpc.so_reuseport", 0)]  # a port already taken fails loudly, as the REST listeners do  # fmt: skip
+    return grpc.aio.server(interceptors=[TokenInterceptor(auth, kind)], options=options)
+
+
+def _add_health_and_reflection(server: grpc.aio.Server, healthy: Callable[[], bool], services: list[str]) -> None:
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(healthy, services), server)
+    reflection.enable_server_reflection([*services, HEALTH_SERVICE, reflection.SERVICE_NAME], server)
+
+
+def _bind(server: grpc.aio.Server, address: str, port: int, settings: Settings, key: str) -> None:
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    target = f"{host}:{port}"
+    try:
+        if settings.enable_grpc_ssl:
+            bound = server.add_secure_port(target, _credentials(settings))
+        else:
+            bound = server.add_insecure_port(target)
+    except RuntimeError as exc:  # grpcio raises when the port cannot be bound
+        bound, reason = 0, str(exc)
+    else:
+        reason = "the port is in use or the address is not local"
+    if bound == 0:
+        raise ConfigError(f"cannot listen for gRPC on {target}: {reason}. Set {key}_address / {key}_port "
+                          "in config.properties to a free local address and port")  # fmt: skip
+
+
+def _credentials(settings: Settings) -> grpc.ServerCredentials:
+    if not settings.certificate_file or not settings.private_key_file:
+        raise ConfigError("enable_grpc_ssl=true needs certificate_file and private_key_file in config.properties")
+    key = Path(settings.private_key_file).read_bytes()
+    cert = Path(settings.certificate_file).read_bytes()
+    return grpc.ssl_server_credentials([(key, cert)])
