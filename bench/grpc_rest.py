@@ -1,0 +1,191 @@
+"""gRPC against REST on one server: the MLP of bench/server.py at concurrency 32, the same load generator for both.
+
+    .venv/bin/python bench/grpc_rest.py            # prints a table
+    .venv/bin/python bench/grpc_rest.py --write    # and replaces the gRPC table in bench/RESULTS.md
+
+wrk speaks no gRPC, so both protocols are driven by one asyncio Python client in this process: for REST a minimal
+keep-alive HTTP/1.1 client on asyncio streams (httpx costs ~10x more per request and would measure itself), for
+gRPC grpc.aio with TorchServe's `Predictions` rpc. 32 requests in flight, `--seconds` per block, blocks
+alternated REST, gRPC, REST, gRPC and the median block quoted. The client takes CPU from the server on the
+same 2 cores, so the absolute figures are below wrk's (bench/server.py); the ratio is the point. The model is
+registered with batch_size 8, max_batch_delay 5 ms, 1 worker, as in bench/server.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from server import OUT, _free_port, _http, build_archives, write_payloads  # noqa: E402
+
+from serve.frontends.grpc.generated import inference_pb2 as ipb  # noqa: E402
+from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc  # noqa: E402
+
+RESULTS = ROOT / "bench" / "RESULTS.md"
+BEGIN, END = "<!-- grpc:begin -->", "<!-- grpc:end -->"
+CONCURRENCY = 32
+
+
+async def _drive(call: Callable[[], Awaitable[None]], seconds: float) -> tuple[float, float]:
+    """(requests per second, median latency ms) of CONCURRENCY loops calling `call` for `seconds`."""
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    async def loop() -> None:
+        while time.monotonic() < deadline:
+            start = time.perf_counter()
+            await call()
+            latencies.append((time.perf_counter() - start) * 1e3)
+
+    start = time.monotonic()
+    await asyncio.gather(*(loop() for _ in range(CONCURRENCY)))
+    return len(latencies) / (time.monotonic() - start), statistics.median(latencies)
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection posting the same body; a pool of them serves the REST loops."""
+
+    def __init__(self, host: str, port: int, path: str, body: bytes) -> None:
+        self.address, self.body = (host, port), body
+        self.head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self) -> None:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(*self.address)
+        reader, writer = self.streams
+        writer.write(self.head + self.body)
+        status = await reader.readline()
+        if not status:  # the server closed it while idle (uvicorn's keep-alive timeout): reconnect once
+            self.streams = None
+            await self.post()
+            return
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        await reader.readexactly(length)
+        if b" 200 " not in status:
+            raise RuntimeError(f"REST answered {status!r}")
+
+
+async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, rounds: int) -> dict[str, list]:
+    results: dict[str, list] = {"REST": [], "gRPC": []}
+    url = httpx.URL(rest_url)
+    pool: asyncio.Queue[_Connection] = asyncio.Queue()
+    for _ in range(CONCURRENCY):
+        pool.put_nowait(_Connection(url.host, url.port or 80, url.path, body))
+    async with grpc.aio.insecure_channel(grpc_target) as ch:
+        stub = ipb_grpc.InferenceAPIsServiceStub(ch)
+        request = ipb.PredictionsRequest(model_name="mlp", input={"data": body})
+
+        async def rest() -> None:
+            connection = await pool.get()
+            try:
+                await connection.post()
+            finally:
+                pool.put_nowait(connection)
+
+        async def rpc() -> None:
+            await stub.Predictions(request, timeout=30)
+
+        await _drive(rest, 2)
+        await _drive(rpc, 2)  # warm-up
+        for _ in range(rounds):
+            results["REST"].append(await _drive(rest, seconds))
+            results["gRPC"].append(await _drive(rpc, seconds))
+    return results
+
+
+def run(seconds: float, rounds: int) -> dict[str, list]:
+    store, payloads = OUT / "store", OUT / "payloads"
+    build_archives(store)
+    write_payloads(payloads)
+    ports = {name: _free_port() for name in ("inference", "management", "metrics", "grpc_inference", "grpc_mgmt")}
+    config = OUT / "grpc.properties"
+    config.write_text("\n".join([
+        f"inference_address=http://127.0.0.1:{ports['inference']}",
+        f"management_address=http://127.0.0.1:{ports['management']}",
+        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
+        f"grpc_inference_port={ports['grpc_inference']}", f"grpc_management_port={ports['grpc_mgmt']}",
+    ]) + "\n")  # fmt: skip
+    cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--model-store", str(store),
+           "--ts-config", str(config), "--disable-token-auth", "--enable-model-api"]  # fmt: skip
+    with open(OUT / "grpc_server.log", "wb") as log:
+        server = subprocess.Popen(cmd, cwd=OUT, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{ports['inference']}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _http("GET", base + "/ping")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"serve did not start: see {OUT / 'grpc_server.log'}") from None
+                time.sleep(0.2)
+        _http("POST", f"http://127.0.0.1:{ports['management']}/models?url=mlp.mar&batch_size=8&max_batch_delay=5"
+                      "&initial_workers=1&synchronous=true")  # fmt: skip
+        body = (payloads / "mlp.json").read_bytes()
+        target = f"127.0.0.1:{ports['grpc_inference']}"
+        return asyncio.run(measure(f"{base}/predictions/mlp", target, body, seconds, rounds))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def table(results: dict[str, list], command: str, seconds: float) -> str:
+    rest = statistics.median(r for r, _ in results["REST"])
+    rpc = statistics.median(r for r, _ in results["gRPC"])
+    lines = [
+        f"`{command}` on {datetime.date.today().isoformat()}: MLP 64-128-10, JSON body, {CONCURRENCY} requests in "
+        f"flight from one asyncio Python client in the same machine, {len(results['REST'])} alternated blocks of "
+        f"{seconds:g} s per protocol, median block.",
+        "",
+        "| protocol | req/s | p50 ms (median block) |",
+        "|---|---:|---:|",
+        f"| REST `/predictions/mlp` | {rest:.0f} | {statistics.median(p for _, p in results['REST']):.2f} |",
+        f"| gRPC `Predictions` | {rpc:.0f} | {statistics.median(p for _, p in results['gRPC']):.2f} |",
+        "",
+        f"gRPC / REST throughput: {rpc / rest:.2f}.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of one block")
+    parser.add_argument("--rounds", type=int, default=3, help="blocks per protocol")
+    parser.add_argument("--write", action="store_true", help="replace the gRPC table in bench/RESULTS.md")
+    args = parser.parse_args()
+    results = run(args.seconds, args.rounds)
+    text = table(results, "python bench/grpc_rest.py " + " ".join(sys.argv[1:]), args.seconds)
+    print(text)
+    if args.write:
+        old = RESULTS.read_text()
+        if BEGIN not in old:
+            old += f"\n## gRPC against REST (issue: gRPC and the Open Inference Protocol)\n\n{BEGIN}\n{END}\n"
+        head, _, rest = old.partition(BEGIN)
+        RESULTS.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.partition(END)[2]}")
+
+
+if __name__ == "__main__":
+    main()
