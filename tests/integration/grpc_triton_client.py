@@ -3,7 +3,8 @@
     python -m tests.integration.grpc_triton_client HOST:PORT MODEL INPUT_JSON INFERENCE_KEY
 
 Prints one JSON object: live, ready, model_ready, metadata (name, versions, inputs, outputs), config
-(max_batch_size), output (the FP32 infer answer as nested lists) and errors (codes of documented failures).
+(max_batch_size), output (the FP32 infer answer as nested lists), int64_output (the same input rounded, sent as
+INT64), upper (a BYTES round trip through the `upper` model) and errors (codes of documented failures).
 A process of its own because tritonclient's `inference.*` messages and serve's v2 stubs cannot share one
 protobuf descriptor pool (the unit tests import serve's).
 """
@@ -29,6 +30,12 @@ def main(url: str, model: str, data: str, key: str) -> dict:
     infer_input.set_data_from_numpy(x)
     result = client.infer(model, [infer_input], request_id="grpc-1", headers=h)
     output_name = meta["outputs"][0]["name"]
+    as_int64 = triton.InferInput(name, list(x.shape), "INT64")
+    as_int64.set_data_from_numpy(np.round(x).astype(np.int64))
+    int64_output = client.infer(model, [as_int64], headers=h).as_numpy(output_name).tolist()
+    words = triton.InferInput("TEXT", [3], "BYTES")
+    words.set_data_from_numpy(np.array([b"hello", b"v2", "é".encode()], dtype=np.object_))
+    upper = client.infer("upper", [words], headers=h).as_numpy("UPPER").tolist()
     errors = {}
     for label, call in {"unknown_model": lambda: client.get_model_metadata("nope", headers=h),
                         "bad_shape": lambda: client.infer(model, [_bad(name)], headers=h)}.items():  # fmt: skip
@@ -45,6 +52,8 @@ def main(url: str, model: str, data: str, key: str) -> dict:
         "config": config,
         "id": result.get_response().id,
         "output": result.as_numpy(output_name).tolist(),
+        "int64_output": int64_output,
+        "upper": [w.decode() for w in upper],
         "errors": errors,
         "extensions": client.get_server_metadata(headers=h, as_json=True).get("extensions", []),
     }

@@ -50,6 +50,19 @@ def handle(data, context):
     return out
 '''
 
+# A function entry point answering v2 BYTES: each request's first input upper-cased, as output "UPPER".
+UPPER = """
+def handle(data, context):
+    if data is None:
+        return None
+    out = []
+    for row in data:
+        spec = row["body"]["inputs"][0]
+        out.append({"outputs": [{"name": "UPPER", "datatype": "BYTES", "shape": spec["shape"],
+                                 "data": [s.upper() for s in spec["data"]]}]})
+    return out
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -30,7 +30,7 @@ from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
 from serve.frontends.grpc.generated import management_pb2 as mpb
 from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
-from tests.integration.server import ServerProcess, free_port, recorder_archive
+from tests.integration.server import UPPER, ServerProcess, free_port, recorder_archive
 
 TIMEOUT = 30  # seconds per rpc
 
@@ -88,6 +88,8 @@ def _archives(base: Path, store: Path) -> None:
             config_file=src / "model-config.yaml", export_path=store, progress=False)  # fmt: skip
     (src / "chunks.py").write_text(CHUNKS)
     package("chunks", "1.0", f"{src / 'chunks.py'}:handle", export_path=store, progress=False)
+    (src / "upper.py").write_text(UPPER)
+    package("upper", "1.0", f"{src / 'upper.py'}:handle", export_path=store, progress=False)
     recorder_archive(store, "echo", base / "echo.log")
 
 
@@ -97,7 +99,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     store = base / "store"
     store.mkdir()
     _archives(base, store)
-    flags = ("--ncs", "--enable-model-api", "--models", "lin=lin.mar,chunks=chunks.mar")
+    flags = ("--ncs", "--enable-model-api", "--models", "lin=lin.mar,chunks=chunks.mar,upper=upper.mar")
     proc = ServerProcess(base / "run", store, *flags, grpc_inference_port=free_port(),
                          grpc_management_port=free_port()).start()  # fmt: skip
     try:
@@ -179,7 +181,7 @@ def test_inference_errors(server: ServerProcess, inference: ipb_grpc.InferenceAP
 def test_every_management_call(server: ServerProcess, management: mpb_grpc.ManagementAPIsServiceStub) -> None:
     key = _bearer(server, "management")
     listed = json.loads(management.ListModels(mpb.ListModelsRequest(), metadata=key, timeout=TIMEOUT).msg)
-    assert {m["modelName"] for m in listed["models"]} == {"lin", "chunks"}
+    assert {m["modelName"] for m in listed["models"]} == {"lin", "chunks", "upper"}
     msg = management.RegisterModel(mpb.RegisterModelRequest(url="echo.mar", initial_workers=1, synchronous=True),
                                    metadata=key, timeout=60).msg  # fmt: skip
     assert "echo" in msg
@@ -248,4 +250,7 @@ def test_tritonclient_grpc_full_flow_equals_rest(server: ServerProcess) -> None:
     rest = [_rest(server, "lin", json.dumps(row).encode()).json() for row in x]
     # float32 rounding only: two rows in one matmul may round differently from one row at a time (1 ulp)
     np.testing.assert_allclose(got["output"], rest, rtol=1e-5, atol=1e-6)
+    rounded = [_rest(server, "lin", json.dumps([round(v) for v in row]).encode()).json() for row in x]
+    np.testing.assert_allclose(got["int64_output"], rounded, rtol=1e-5, atol=1e-6)
+    assert got["upper"] == ["HELLO", "V2", "É"]
     assert got["errors"] == {"unknown_model": "StatusCode.NOT_FOUND", "bad_shape": "StatusCode.INVALID_ARGUMENT"}

@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 import serve
 from serve import nn
 from serve.archive import package
-from tests.integration.server import ServerProcess
+from tests.integration.server import UPPER, ServerProcess
 
 MODEL = """
 from serve import nn
@@ -46,17 +46,6 @@ CONFIG = """handler:
       shape: [-1, 3]
 """
 
-UPPER = """
-def handle(data, context):
-    if data is None:
-        return None
-    out = []
-    for row in data:
-        spec = row["body"]["inputs"][0]
-        out.append({"outputs": [{"name": "UPPER", "datatype": "BYTES", "shape": spec["shape"],
-                                 "data": [s.upper() for s in spec["data"]]}]})
-    return out
-"""
 
 
 class Lin(nn.Module):
