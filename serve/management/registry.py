@@ -68,6 +68,7 @@ class ModelRegistry:
         self._ids = itertools.count(FIRST_WORKER_ID)
         self._lock = asyncio.Lock()
         self._closing = False
+        self._starting = True  # until start() has loaded the startup models: /ping is not ready before that
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -77,14 +78,17 @@ class ModelRegistry:
         stays registered with its workers retrying (describe shows the error)."""
         snapshot = self.settings.model_snapshot
         jobs = snapshot_models(snapshot) if snapshot else load_models(self.settings)
-        results = await asyncio.gather(*(self._register_at_startup(**job) for job in jobs), return_exceptions=True)
-        for job, result in zip(jobs, results):
-            if isinstance(result, BaseException):
-                log.error("startup model %s was not registered: %s", job["url"], result)
-        for name, version in snapshot_defaults(snapshot):
-            if version in self._models.get(name, {}):
-                self._defaults[name] = version
-        self._save()
+        try:
+            results = await asyncio.gather(*(self._register_at_startup(**job) for job in jobs), return_exceptions=True)
+            for job, result in zip(jobs, results):
+                if isinstance(result, BaseException):
+                    log.error("startup model %s was not registered: %s", job["url"], result)
+            for name, version in snapshot_defaults(snapshot):
+                if version in self._models.get(name, {}):
+                    self._defaults[name] = version
+            self._save()
+        finally:
+            self._starting = False
 
     async def shutdown(self, timeout: float) -> None:
         """Stop accepting requests, answer the queued and running ones (bounded by `timeout`), stop every worker."""
@@ -226,7 +230,10 @@ class ModelRegistry:
         return await job.future  # a cancelled caller cancels the job: the batcher drops it
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """(healthy, per model and version: status, live and minimum workers)."""
+        """(healthy, per model and version: status, live and minimum workers). Not healthy while the startup
+        models are still loading, so a readiness probe on /ping keeps traffic away until they can answer."""
+        if self._starting:
+            return False, {"status": "Starting: the startup models are loading"}
         details: dict[str, Any] = {}
         healthy = True
         for name, versions in self._models.items():

@@ -1,8 +1,8 @@
 """A real `serve` process on free loopback ports, and the small archives the integration tests register.
 
 `ServerProcess` starts `python -m serve.cli.main start --foreground` in its own working directory (key file,
-logs and snapshots land there; TMPDIR too, so its pid file is its own), waits for `/ping`, and stops it with
-SIGTERM. Every wait is bounded.
+logs and snapshots land there; TMPDIR too, so its pid file is its own), waits for `/ping` to say ready, and stops
+it with SIGTERM. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -112,10 +112,11 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                httpx.get(self.inference + "/ping", timeout=2)
-                return self
+                if httpx.get(self.inference + "/ping", timeout=2).status_code == 200:
+                    return self  # ready: the startup models have loaded
             except httpx.TransportError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.proc.kill()  # never leave a server behind a failed test
         self.proc.wait(10)
         raise RuntimeError(f"serve did not answer /ping within {START_SECONDS} s:\n{self.log()}")

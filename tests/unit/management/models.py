@@ -118,9 +118,11 @@ def batch_sizes(path: Path) -> list[int]:
 
 @contextlib.asynccontextmanager
 async def running(store: Path, **overrides: Any) -> AsyncIterator[ModelRegistry]:
-    """A registry on `settings(store, **overrides)`, shut down (workers stopped) however the test ends."""
+    """A registry on `settings(store, **overrides)`, started (its startup models loaded), shut down (workers
+    stopped) however the test ends."""
     registry = ModelRegistry(settings(store, **overrides), ServerMetrics())
     try:
+        await registry.start()
         yield registry
     finally:
         await registry.shutdown(10)

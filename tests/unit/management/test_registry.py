@@ -11,8 +11,10 @@ import pytest
 
 from serve.archive import package
 from serve.errors import InvalidInput, ModelNotFound, ServeError
+from serve.management.registry import ModelRegistry
 from serve.management.snapshot import latest_snapshot
-from tests.unit.management.models import CONTROL_HANDLER, model_dir, request, run, running
+from serve.metrics import ServerMetrics
+from tests.unit.management.models import CONTROL_HANDLER, model_dir, request, run, running, settings
 
 
 def mar(tmp_path, name: str, version: str, config: str | None = None):
@@ -196,5 +198,19 @@ def test_start_loads_all_models_of_the_store(tmp_path):
         async with running(tmp_path, load_models=("all",), default_workers_per_model=0) as reg:
             await reg.start()
             assert [m["modelName"] for m in reg.list_models()["models"]] == ["a", "b"]
+
+    run(scenario())
+
+
+def test_not_ready_until_the_startup_models_have_loaded(tmp_path):
+    async def scenario() -> None:
+        registry = ModelRegistry(settings(tmp_path), ServerMetrics())
+        try:
+            healthy, details = registry.health()
+            assert not healthy and details["status"].startswith("Starting")
+            await registry.start()
+            assert registry.health() == (True, {})
+        finally:
+            await registry.shutdown(10)
 
     run(scenario())
