@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from server import OUT, _free_port, _http, build_archives, write_payloads  # noqa: E402
+from server import OUT, build_archives, register, serving, write_payloads  # noqa: E402
 
 from serve.frontends.grpc.generated import inference_pb2 as ipb  # noqa: E402
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc  # noqa: E402
@@ -116,40 +114,11 @@ def run(seconds: float, rounds: int) -> dict[str, list]:
     store, payloads = OUT / "store", OUT / "payloads"
     build_archives(store)
     write_payloads(payloads)
-    ports = {name: _free_port() for name in ("inference", "management", "metrics", "grpc_inference", "grpc_mgmt")}
-    config = OUT / "grpc.properties"
-    config.write_text("\n".join([
-        f"inference_address=http://127.0.0.1:{ports['inference']}",
-        f"management_address=http://127.0.0.1:{ports['management']}",
-        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
-        f"grpc_inference_port={ports['grpc_inference']}", f"grpc_management_port={ports['grpc_mgmt']}",
-    ]) + "\n")  # fmt: skip
-    cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--model-store", str(store),
-           "--ts-config", str(config), "--disable-token-auth", "--enable-model-api"]  # fmt: skip
-    with open(OUT / "grpc_server.log", "wb") as log:
-        server = subprocess.Popen(cmd, cwd=OUT, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{ports['inference']}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _http("GET", base + "/ping")
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"serve did not start: see {OUT / 'grpc_server.log'}") from None
-                time.sleep(0.2)
-        _http("POST", f"http://127.0.0.1:{ports['management']}/models?url=mlp.mar&batch_size=8&max_batch_delay=5"
-                      "&initial_workers=1&synchronous=true")  # fmt: skip
+    with serving(store, "grpc_server") as (ports, _):
+        register(ports, "mlp")
         body = (payloads / "mlp.json").read_bytes()
-        target = f"127.0.0.1:{ports['grpc_inference']}"
-        return asyncio.run(measure(f"{base}/predictions/mlp", target, body, seconds, rounds))
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        rest_url = f"http://127.0.0.1:{ports['inference']}/predictions/mlp"
+        return asyncio.run(measure(rest_url, f"127.0.0.1:{ports['grpc_inference']}", body, seconds, rounds))
 
 
 def table(results: dict[str, list], command: str, seconds: float) -> str:

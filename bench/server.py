@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -134,37 +135,58 @@ def _batch_totals(metrics_url: str, model: str) -> tuple[float, float]:
     return found.get("sum", 0.0), found.get("count", 0.0)
 
 
-def run_serve(secs: int) -> tuple[dict[tuple[str, str, int], dict[str, float]], int]:
-    store, payloads = OUT / "store", OUT / "payloads"
-    build_archives(store)
-    write_payloads(payloads)
-    ports = {name: _free_port() for name in ("inference", "management", "metrics")}
-    config = OUT / "config.properties"
+@contextlib.contextmanager
+def serving(
+    store: Path, name: str, extra: list[str] | None = None
+) -> Iterator[tuple[dict[str, int], subprocess.Popen]]:
+    """A `serve` process on free loopback ports (token auth off, model API on), ready to answer; its ports by
+    listener and the process; SIGTERM on exit. Config and log are `OUT/<name>.properties` and `OUT/<name>.log`."""
+    ports = {n: _free_port() for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management")}
+    config = OUT / f"{name}.properties"
     config.write_text("\n".join([
-        f"inference_address=http://127.0.0.1:{ports['inference']}",
-        f"management_address=http://127.0.0.1:{ports['management']}",
-        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
-        "max_request_size=20000000", "max_response_size=20000000", "job_queue_size=1000",
+        *(f"{n}_address=http://127.0.0.1:{ports[n]}" for n in ("inference", "management", "metrics")),
+        f"grpc_inference_port={ports['grpc_inference']}", f"grpc_management_port={ports['grpc_management']}",
+        *(extra or []),
     ]) + "\n")  # fmt: skip
     cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--model-store", str(store),
            "--ts-config", str(config), "--disable-token-auth", "--enable-model-api"]  # fmt: skip
-    with open(OUT / "server.log", "wb") as log:
+    with open(OUT / f"{name}.log", "wb") as log:
         server = subprocess.Popen(cmd, cwd=OUT, stdout=log, stderr=subprocess.STDOUT)
-    base, mgmt = f"http://127.0.0.1:{ports['inference']}", f"http://127.0.0.1:{ports['management']}"
-    metrics = f"http://127.0.0.1:{ports['metrics']}/metrics"
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                _http("GET", base + "/ping")
+                _http("GET", f"http://127.0.0.1:{ports['inference']}/ping")
                 break
-            except OSError:
+            except OSError:  # not listening yet, or 500 while the startup models load
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"serve did not start: see {OUT / 'server.log'}") from None
+                    raise RuntimeError(f"serve did not start: see {OUT / f'{name}.log'}") from None
                 time.sleep(0.2)
+        yield ports, server
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def register(ports: dict[str, int], model: str) -> None:
+    """The anchor's registration: batch_size 8, max_batch_delay 5 ms, 1 worker, synchronous."""
+    _http("POST", f"http://127.0.0.1:{ports['management']}/models?url={model}.mar&batch_size=8&max_batch_delay=5"
+                  "&initial_workers=1&synchronous=true")  # fmt: skip
+
+
+def run_serve(secs: int) -> tuple[dict[tuple[str, str, int], dict[str, float]], int]:
+    store, payloads = OUT / "store", OUT / "payloads"
+    build_archives(store)
+    write_payloads(payloads)
+    limits = ["max_request_size=20000000", "max_response_size=20000000", "job_queue_size=1000"]
+    with serving(store, "server", limits) as (ports, server):
+        base = f"http://127.0.0.1:{ports['inference']}"
+        metrics = f"http://127.0.0.1:{ports['metrics']}/metrics"
         for name in ("mlp", "resnet18"):
-            _http("POST", f"{mgmt}/models?url={name}.mar&batch_size=8&max_batch_delay=5&initial_workers=1"
-                          "&synchronous=true")  # fmt: skip
+            register(ports, name)
         results = {}
         with PeakRss(server.pid) as rss:
             for model, fmt in (("mlp", "json"), ("resnet18", "npy")):  # warm-up, as the anchor does
@@ -177,12 +199,6 @@ def run_serve(secs: int) -> tuple[dict[tuple[str, str, int], dict[str, float]], 
                 results[(model, fmt, conc)]["batch"] = (total1 - total0) / max(count1 - count0, 1)
                 print(f"serve {model} {fmt} c{conc}: {results[(model, fmt, conc)]}", flush=True)
         return results, rss.peak
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def run_torchserve(secs: int) -> tuple[dict[tuple[str, str, int], dict[str, float]], int]:

@@ -19,13 +19,15 @@ from typing import Any
 
 import httpx
 
+import serve
+from serve import nn
 from serve.archive import package
 
 START_SECONDS = 60
 
 # A function entry point (TorchServe's `module:function` form): echoes each request, records batch sizes,
 # and misbehaves on request: "sleep" takes a second, "die" kills the worker process.
-RECORDER = '''
+RECORDER = """
 import os
 import time
 
@@ -48,7 +50,7 @@ def handle(data, context):
             time.sleep(1.0)
         out.append({{"echo": body}})
     return out
-'''
+"""
 
 # A function entry point answering v2 BYTES: each request's first input upper-cased, as output "UPPER".
 UPPER = """
@@ -138,3 +140,46 @@ class ServerProcess:
 
     def key(self, kind: str) -> str:
         return json.loads((self.workdir / "key_file.json").read_text())[kind]["key"]
+
+
+# `lin`: a 4 -> 3 linear layer behind the built-in `tensor` handler, with v2 tensor metadata in its model-config.
+LIN_MODEL = """
+from serve import nn
+
+
+class Lin(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+LIN_CONFIG = """handler:
+  dtype: float32
+  inputs:
+    - name: INPUT0
+      datatype: FP32
+      shape: [-1, 4]
+  outputs:
+    - name: OUTPUT0
+      datatype: FP32
+      shape: [-1, 3]
+"""
+
+
+class _Lin(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+
+def lin_archive(src: Path, store: Path) -> Path:
+    """`<store>/lin.mar` (sources written to `src`), with seeded weights saved by serve."""
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "model.py").write_text(LIN_MODEL)
+    (src / "model-config.yaml").write_text(LIN_CONFIG)
+    serve.save(_Lin().state_dict(), src / "lin.pt")
+    return package("lin", "1.0", "tensor", model_file=src / "model.py", serialized_file=src / "lin.pt",
+                   config_file=src / "model-config.yaml", export_path=store, progress=False)  # fmt: skip

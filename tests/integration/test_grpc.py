@@ -23,41 +23,14 @@ from google.protobuf import empty_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-import serve
-from serve import nn
 from serve.archive import package
 from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
 from serve.frontends.grpc.generated import management_pb2 as mpb
 from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
-from tests.integration.server import UPPER, ServerProcess, free_port, recorder_archive
+from tests.integration.server import UPPER, ServerProcess, free_port, lin_archive, recorder_archive
 
 TIMEOUT = 30  # seconds per rpc
-
-MODEL = """
-from serve import nn
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(x)
-"""
-
-CONFIG = """handler:
-  dtype: float32
-  inputs:
-    - name: INPUT0
-      datatype: FP32
-      shape: [-1, 4]
-  outputs:
-    - name: OUTPUT0
-      datatype: FP32
-      shape: [-1, 3]
-"""
 
 CHUNKS = """
 def handle(data, context):
@@ -72,20 +45,9 @@ def handle(data, context):
 """
 
 
-class Lin(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-
 def _archives(base: Path, store: Path) -> None:
     src = base / "src"
-    src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "model-config.yaml").write_text(CONFIG)
-    serve.save(Lin().state_dict(), src / "lin.pt")
-    package("lin", "1.0", "tensor", model_file=src / "model.py", serialized_file=src / "lin.pt",
-            config_file=src / "model-config.yaml", export_path=store, progress=False)  # fmt: skip
+    lin_archive(src, store)
     (src / "chunks.py").write_text(CHUNKS)
     package("chunks", "1.0", f"{src / 'chunks.py'}:handle", export_path=store, progress=False)
     (src / "upper.py").write_text(UPPER)

@@ -16,52 +16,13 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-import serve
-from serve import nn
 from serve.archive import package
-from tests.integration.server import UPPER, ServerProcess
-
-MODEL = """
-from serve import nn
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(x)
-"""
-
-CONFIG = """handler:
-  dtype: float32
-  inputs:
-    - name: INPUT0
-      datatype: FP32
-      shape: [-1, 4]
-  outputs:
-    - name: OUTPUT0
-      datatype: FP32
-      shape: [-1, 3]
-"""
-
-
-
-class Lin(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 3)
+from tests.integration.server import UPPER, ServerProcess, lin_archive
 
 
 def _archives(base: Path, store: Path) -> None:
     src = base / "src"
-    src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "model-config.yaml").write_text(CONFIG)
-    serve.save(Lin().state_dict(), src / "lin.pt")
-    package("lin", "1.0", "tensor", model_file=src / "model.py", serialized_file=src / "lin.pt",
-            config_file=src / "model-config.yaml", export_path=store, progress=False)  # fmt: skip
+    lin_archive(src, store)
     (src / "upper.py").write_text(UPPER)
     package("upper", "1.0", f"{src / 'upper.py'}:handle", export_path=store, progress=False)
 
