@@ -80,16 +80,25 @@ def recorder_archive(store: Path, name: str, log: Path, version: str = "1.0", fi
     return built.replace(store / (file_name or built.name))
 
 
+class PortTaken(RuntimeError):
+    """The server could not bind one of its ports."""
+
+
 class ServerProcess:
     def __init__(self, workdir: Path, store: Path, *flags: str, **properties: Any) -> None:
-        self.workdir, self.store, self.flags = workdir, store, flags
-        self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
+        self.workdir, self.store, self.flags, self.properties = workdir, store, flags, properties
         workdir.mkdir(parents=True, exist_ok=True)
+        self._write_config()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _write_config(self) -> None:
+        """Fresh free ports in config.properties (a port free when asked can be taken as some client's ephemeral
+        source port before the server binds it: `start` then retries with new ones)."""
+        self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
         lines = [f"{name}_address=http://127.0.0.1:{port}" for name, port in self.ports.items()]
         grpc_ports = {"grpc_inference_port": free_port(), "grpc_management_port": free_port()}
-        lines += [f"{key}={value}" for key, value in {**grpc_ports, **properties}.items()]
-        (workdir / "config.properties").write_text("\n".join(lines) + "\n")
-        self.proc: subprocess.Popen[bytes] | None = None
+        lines += [f"{key}={value}" for key, value in {**grpc_ports, **self.properties}.items()]
+        (self.workdir / "config.properties").write_text("\n".join(lines) + "\n")
 
     @property
     def inference(self) -> str:
@@ -103,16 +112,30 @@ class ServerProcess:
     def metrics(self) -> str:
         return f"http://127.0.0.1:{self.ports['metrics']}"
 
-    def start(self) -> ServerProcess:
+    def start(self, attempts: int = 3) -> ServerProcess:
+        for attempt in range(attempts):
+            try:
+                return self._start()
+            except PortTaken:
+                if attempt == attempts - 1:
+                    raise
+                self._write_config()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> ServerProcess:
         cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--model-store", str(self.store),
                "--ts-config", str(self.workdir / "config.properties"), *self.flags]  # fmt: skip
         env = dict(os.environ, TMPDIR=str(self.workdir))
+        start_of_log = len(self.log(tail=1 << 30))
         with open(self.workdir / "server.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log()}")
+                log = self.log(tail=1 << 30)
+                taken = ("address already in use", "cannot listen for grpc")
+                error = PortTaken if any(t in log[start_of_log:].lower() for t in taken) else RuntimeError
+                raise error(f"serve exited with {self.proc.returncode}:\n{log[-4000:]}")
             try:
                 if httpx.get(self.inference + "/ping", timeout=2).status_code == 200:
                     return self  # ready: the startup models have loaded
@@ -134,9 +157,9 @@ class ServerProcess:
             self.proc.wait(10)
             raise
 
-    def log(self) -> str:
+    def log(self, tail: int = 4000) -> str:
         path = self.workdir / "server.log"
-        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
     def key(self, kind: str) -> str:
         return json.loads((self.workdir / "key_file.json").read_text())[kind]["key"]
