@@ -17,3 +17,20 @@ def _seed_and_grad_mode():
     serve.manual_seed(0)
     serve.set_grad_enabled(True)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` (every test under tests/gpu/) skip unless CuPy sees an NVIDIA GPU.
+
+    serve.cuda is asked only when such a test was collected, so a CPU-only run never imports cupy.
+    """
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") or "/tests/gpu/" in str(item.fspath)]
+    if not gpu_items:
+        return
+    if serve.cuda.is_available():
+        for item in gpu_items:
+            item.add_marker(pytest.mark.gpu)
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy (serve.cuda.is_available() is False)")
+    for item in gpu_items:
+        item.add_marker(skip)
