@@ -214,5 +214,5 @@ def numel(input: Tensor) -> _builtins.int:
     return input.numel()
 
 
-from serve import cuda, nn
+from serve import backends, cuda, nn
 from serve.serialization import load, save

@@ -7,6 +7,7 @@ matrix products, softmax), as PyTorch does on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -31,6 +32,14 @@ full = np.full
 eye = np.eye
 ascontiguousarray = np.ascontiguousarray
 shares_memory = np.shares_memory
+
+
+_NO_DEVICE = contextlib.nullcontext()
+
+
+def on_device(index: int | None) -> contextlib.nullcontext:
+    """The CUDA backend makes device `index` current for a block; the CPU has one device: nothing to do."""
+    return _NO_DEVICE
 
 
 def to_numpy(a: np.ndarray) -> np.ndarray:
@@ -307,6 +316,26 @@ def log_softmax(a: np.ndarray, axis: int) -> np.ndarray:
     return out
 
 
+def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool) -> np.ndarray:
+    """Attention's softmax over the last axis of `scores` with an optional mask: a bool mask keeps its True
+    positions, a float mask is added. With `safe`, rows with no key left give zeros (PyTorch's
+    scaled_dot_product_attention), else NaN (a plain softmax). The CUDA backend fuses this into one kernel."""
+    if mask is None:
+        return softmax(scores, -1)
+    # fills as 0-d arrays of the scores' dtype: with a Python float, numpy promotes bfloat16 to float64
+    if is_bool:
+        scores = np.where(mask, scores, np.asarray(-np.inf, scores.dtype))
+        dead = np.logical_not(any(mask, -1, True)) if safe else None
+    else:
+        scores = scores + mask
+        dead = all(mask == -np.inf, -1, True) if safe else None
+    if dead is None or not dead.any():
+        return softmax(scores, -1)
+    # zero the scores of dead rows first, so the softmax never sees a row of -inf (NaN)
+    zero = np.asarray(0, scores.dtype)
+    return np.where(dead, zero, softmax(np.where(dead, zero, scores), -1))
+
+
 # ---- matrix products ------------------------------------------------------------------------------
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.num in _HALF_NUMS:
@@ -372,11 +401,12 @@ def scatter_add(target: np.ndarray, axis: int, index: np.ndarray, src: np.ndarra
 
 def sort(a: np.ndarray, axis: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:
     """Stable sort along `axis`; NaN sorts as the largest value, like PyTorch."""
+    keys = a.astype(np.float32) if a.dtype == _HALF[1] else a  # ml_dtypes' bfloat16 argsort misplaces NaN
     if descending:
         n = a.shape[axis]
-        idx = (n - 1) - np.flip(np.argsort(np.flip(a, axis), axis=axis, kind="stable"), axis)
+        idx = (n - 1) - np.flip(np.argsort(np.flip(keys, axis), axis=axis, kind="stable"), axis)
     else:
-        idx = np.argsort(a, axis=axis, kind="stable")
+        idx = np.argsort(keys, axis=axis, kind="stable")
     return np.take_along_axis(a, idx, axis), idx
 
 

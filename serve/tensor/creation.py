@@ -10,7 +10,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from serve.backend import CPU, as_device, get_ops
+from serve.backend import CPU, get_ops, placed
 from serve.backend import ops_cpu as host  # data given as lists or numpy arrays starts on the host
 from serve.tensor import dtypes
 from serve.tensor.dtypes import dtype as Dtype
@@ -33,10 +33,10 @@ def _sizes(size: Sequence[Any]) -> tuple[int, ...]:
 
 
 def _finish(data: Any, dt: Dtype, dev: Any, requires_grad: bool) -> Tensor:
-    device = as_device(dev)
-    ops = get_ops(device)
+    device, ops = placed(dev)
     if device.type != "cpu":
-        data = ops.from_numpy(data)
+        with ops.on_device(device.index):
+            data = ops.from_numpy(data)
     t = _make(data, dt, device, ops)
     if requires_grad:
         t.requires_grad_(True)
@@ -137,10 +137,10 @@ def _rebuild(host: Any, dtype_name: str, device: str, requires_grad: bool) -> Te
 def _filled(fill: str, size: Sequence[Any], dtype: Dtype | None, device: Any, requires_grad: bool,
             value: Any = None) -> Tensor:  # fmt: skip
     dt = dtype or dtypes.get_default_dtype()
-    dev = as_device(device)
-    ops = get_ops(dev)
+    dev, ops = placed(device)
     shape = _sizes(size)
-    data = ops.full(shape, value, dt.np) if fill == "full" else getattr(ops, fill)(shape, dt.np)
+    with ops.on_device(dev.index):
+        data = ops.full(shape, value, dt.np) if fill == "full" else getattr(ops, fill)(shape, dt.np)
     t = _make(data, dt, dev, ops)
     return t.requires_grad_(True) if requires_grad else t
 
@@ -173,9 +173,10 @@ def eye(n: int, m: int | None = None, *, dtype: Dtype | None = None, device: Any
     if n < 0 or (m is not None and m < 0):
         raise RuntimeError(f"n must be greater or equal to 0, got {n if n < 0 else m}")
     dt = dtype or dtypes.get_default_dtype()
-    dev = as_device(device)
-    ops = get_ops(dev)
-    t = _make(ops.eye(n, n if m is None else m, dtype=dt.np), dt, dev, ops)
+    dev, ops = placed(device)
+    with ops.on_device(dev.index):
+        data = ops.eye(n, n if m is None else m, dtype=dt.np)
+    t = _make(data, dt, dev, ops)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -194,9 +195,10 @@ def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Dtype | None = 
     if dtype is None:
         is_float = any(isinstance(v, float) for v in (start, end, step))
         dtype = dtypes.get_default_dtype() if is_float else dtypes.int64
-    dev = as_device(device)
-    ops = get_ops(dev)
-    t = _make(ops.arange(start, end, step, dtype.np), dtype, dev, ops)
+    dev, ops = placed(device)
+    with ops.on_device(dev.index):
+        data = ops.arange(start, end, step, dtype.np)
+    t = _make(data, dtype, dev, ops)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -205,10 +207,11 @@ def linspace(start: Any, end: Any, steps: int, *, dtype: Dtype | None = None, de
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dt = dtype or dtypes.get_default_dtype()
-    dev = as_device(device)
-    ops = get_ops(dev)
+    dev, ops = placed(device)
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
-    t = _make(ops.linspace(float(start), float(end), steps, dt.np), dt, dev, ops)
+    with ops.on_device(dev.index):
+        data = ops.linspace(float(start), float(end), steps, dt.np)
+    t = _make(data, dt, dev, ops)
     return t.requires_grad_(True) if requires_grad else t
 
 

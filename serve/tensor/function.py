@@ -85,7 +85,8 @@ class ToDevice(Primitive):
         from serve.backend import get_ops
 
         target = get_ops(device)
-        data = target.from_numpy(x._ops.to_numpy(x._data))
+        with target.on_device(device.index):  # "cuda:N" lands on device N
+            data = target.from_numpy(x._ops.to_numpy(x._data))
         out = _make(data, x._dtype, device, target)
         if state.enabled and x._requires_grad:
             node = Node(cls)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from serve.backend import as_device, get_ops
+from serve.backend import as_device, get_ops, placed
 from serve.tensor import dtypes, versions
 from serve.tensor.creation import _sizes
 from serve.tensor.dtypes import dtype as Dtype
@@ -67,10 +67,11 @@ def _float_dtype(dtype: Dtype | None) -> Dtype:
 def _random(kind: str, size: Sequence[Any], dtype: Dtype | None, device: Any, requires_grad: bool,
             generator: Generator | None, **kw: Any) -> Tensor:  # fmt: skip
     dt = _float_dtype(dtype)
-    dev = as_device(device)
-    ops = get_ops(dev)
+    dev, ops = placed(device)
     gen = (generator or default_generator)._state
-    t = _make(getattr(ops, kind)(gen, _sizes(size), dt.np, **kw), dt, dev, ops)
+    with ops.on_device(dev.index):
+        data = getattr(ops, kind)(gen, _sizes(size), dt.np, **kw)
+    t = _make(data, dt, dev, ops)
     return t.requires_grad_(True) if requires_grad else t
 
 
@@ -97,17 +98,19 @@ def randint(*args: Any, size: Any = None, generator: Generator | None = None, dt
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = dtype or dtypes.int64
-    dev = as_device(device)
-    ops = get_ops(dev)
+    dev, ops = placed(device)
     gen = (generator or default_generator)._state
-    return _make(ops.integers(gen, int(low), int(high), _sizes((size,)), dt.np), dt, dev, ops)
+    with ops.on_device(dev.index):
+        data = ops.integers(gen, int(low), int(high), _sizes((size,)), dt.np)
+    return _make(data, dt, dev, ops)
 
 
 def randperm(n: int, *, generator: Generator | None = None, dtype: Dtype | None = None, device: Any = None) -> Tensor:
     dt = dtype or dtypes.int64
-    dev = as_device(device)
-    ops = get_ops(dev)
-    return _make(ops.permutation((generator or default_generator)._state, int(n), dt.np), dt, dev, ops)
+    dev, ops = placed(device)
+    with ops.on_device(dev.index):
+        data = ops.permutation((generator or default_generator)._state, int(n), dt.np)
+    return _make(data, dt, dev, ops)
 
 
 def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, generator: Generator | None = None,

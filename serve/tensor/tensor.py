@@ -11,7 +11,7 @@ import builtins
 import copy as _copy
 from typing import TYPE_CHECKING, Any
 
-from serve.backend import CPU, as_device, device
+from serve.backend import CPU, as_device, device, placed
 from serve.tensor import dtypes
 from serve.tensor.dtypes import dtype
 
@@ -278,6 +278,8 @@ class Tensor:
         dt = kwargs.get("dtype", dt)
         if kwargs.get("device") is not None:
             dev = as_device(kwargs["device"])
+        if dev is not None and dev.index is None and dev.type != "cpu":
+            dev = placed(dev)[0]  # "cuda" means the current device: a tensor already there is not copied
         copy = kwargs.get("copy", False)
         out = self
         if dt is not None and dt is not self._dtype:
@@ -296,10 +298,8 @@ class Tensor:
         return self.to(CPU)
 
     def cuda(self, device: Any = None, non_blocking: bool = False) -> Tensor:
-        dev = as_device("cuda" if device is None else device)
-        if isinstance(device, int):
-            dev = as_device(f"cuda:{device}")
-        return self.to(dev)
+        """A copy on CUDA device `device` (an index, "cuda:N" or None for the current device); self when there."""
+        return self.to(as_device("cuda" if device is None else device))
 
     def type(self, dtype: Any = None) -> Any:
         if dtype is None:

@@ -95,9 +95,9 @@ class BertEmbeddings(nn.Module):
                 f"sequence length {seq_length} exceeds max_position_embeddings "
                 f"{self.position_embeddings.num_embeddings}: truncate the input"
             )
-        position_ids = serve.arange(seq_length).unsqueeze(0)  # (1, T)
+        position_ids = serve.arange(seq_length, device=input_ids.device).unsqueeze(0)  # (1, T)
         if token_type_ids is None:
-            token_type_ids = serve.zeros(seq_length, dtype=serve.int64).unsqueeze(0)  # (1, T)
+            token_type_ids = serve.zeros(seq_length, dtype=serve.int64, device=input_ids.device).unsqueeze(0)
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)  # (B, T, hidden)
         return self.dropout(self.LayerNorm(x))

@@ -100,12 +100,14 @@ class SentenceTransformer(nn.Sequential):
     def encode(self, sentences: list[str], batch_size: int = 32) -> serve.Tensor:
         """Sentence embeddings (N, D) in input order; sentences of similar length are batched together."""
         order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
+        device = next(self.parameters()).device  # the token ids go where the model is, as sentence-transformers does
         chunks = []
         for start in range(0, len(order), batch_size):
             batch = [sentences[i] for i in order[start : start + batch_size]]
-            chunks.append(self(self.tokenize(batch))["sentence_embedding"])
+            features = {name: ids.to(device) for name, ids in self.tokenize(batch).items()}
+            chunks.append(self(features)["sentence_embedding"])
         embeddings = serve.cat(chunks)  # (N, D) in length order
-        return embeddings[serve.tensor(order).argsort()]
+        return embeddings[serve.tensor(order, device=device).argsort()]
 
 
 def hf_bert_state_dict(state: dict[str, Any]) -> dict[str, Any]:

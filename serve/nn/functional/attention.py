@@ -67,7 +67,8 @@ def _attention(
     m = math_for(on_arrays, q)
     qa, ka, va, ma = (unwrap(t, on_arrays) for t in (q, k, v, mask))
     scores = m.matmul(qa * scale, ka.swapaxes(-2, -1))  # (..., L, S)
-    probs = _masked_softmax(m, scores, ma, is_bool, safe)
+    # on arrays, the backend's fused primitive (one kernel on CUDA); recording, the same steps on Tensors
+    probs = m.masked_softmax(scores, ma, is_bool, safe) if on_arrays else _masked_softmax(m, scores, ma, is_bool, safe)
     if dropout_p > 0.0:
         probs = dropout(probs, dropout_p)
     out = m.matmul(probs, va)  # (..., L, Ev)

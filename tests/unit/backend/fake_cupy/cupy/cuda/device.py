@@ -1,0 +1,2 @@
+def get_cublas_handle():
+    return 0

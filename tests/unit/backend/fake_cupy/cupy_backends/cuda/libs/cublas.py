@@ -1,0 +1,5 @@
+modes = []
+
+
+def setMathMode(handle, mode):
+    modes.append(mode)
