@@ -10,6 +10,14 @@ arguments and loads `serializedFile` with `serve.load` + `find_state_dict`, stri
 model itself overrides `load_model`. Built-in handlers read their settings from the model-config's `handler:`
 section, available as `self.handler_config`.
 
+Devices and dtypes: the model runs on `cuda:<gpu_id>` when the server gave the worker a GPU and CUDA is usable,
+else on the CPU. The model-config's top-level `dtype` (ours: float32, the default, float16 or bfloat16) converts
+the model's floating-point weights and buffers after loading (`model.half()` / `model.bfloat16()`, on the CPU
+as well as on a GPU). `inference` moves the input tensors (also inside tuples, lists and dicts) to the device and
+casts the floating ones to that dtype, and hands float16/bfloat16 outputs back as float32, so postprocess and
+the answers' number formatting do not change. A handler that overrides `inference` calls `self.model_input(x)`
+and `self.model_output(y)` to do the same.
+
 Where we differ from TorchServe, on purpose:
 - Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
   (`fn` raises ValueError, InvalidInput or PredictionException) answers with its own status code and the body
@@ -39,6 +47,9 @@ from serve.worker.torch_compat import torch_compat_enabled
 logger = logging.getLogger(__name__)
 
 RowDecoder = Callable[[Any], Any]
+# the model-config's `dtype` values (checked at registration; see serve/management/model_version.py)
+MODEL_DTYPES = {"float32": serve.float32, "float16": serve.float16, "bfloat16": serve.bfloat16}
+HALF_DTYPES = (serve.float16, serve.bfloat16)
 
 
 class BaseHandler:
@@ -48,6 +59,7 @@ class BaseHandler:
         self.model: Any = None
         self.mapping: dict[str, Any] | None = None
         self.device: Any = None
+        self.dtype: Any = serve.float32  # the model's floating-point dtype (model-config `dtype`)
         self.initialized = False
         self.context: Context | None = None
         self.manifest: dict[str, Any] | None = None
@@ -67,7 +79,8 @@ class BaseHandler:
         self.model_yaml_config = context.model_yaml_config or {}
         self.handler_config = self.model_yaml_config.get("handler") or {}
         self.device = select_device(properties.get("gpu_id"))
-        self.model = self.load_model(context)
+        self.dtype = model_dtype(self.model_yaml_config)
+        self.model = self.convert_model(self.load_model(context))
         self.mapping = load_label_mapping(self.model_dir / "index_to_name.json")
         self.initialized = True
 
@@ -96,7 +109,17 @@ class BaseHandler:
             model.load_state_dict(find_state_dict(checkpoint), strict=True)
         else:
             logger.warning("model %s has no serialized file: serving the weights its constructor makes", model_file)
-        return model.eval().to(self.device)
+        return self.convert_model(model.eval()).to(self.device)  # converted first: half the bytes to move
+
+    def convert_model(self, model: Any) -> Any:
+        """The model in the model-config's dtype (a no-op for float32 and for a model already converted)."""
+        if self.dtype is serve.float32 or model is None:
+            return model
+        method = "half" if self.dtype is serve.float16 else "bfloat16"
+        if not callable(getattr(model, method, None)):
+            raise TypeError(f"model-config dtype {self.dtype} needs an nn.Module to convert (model.{method}()), got "
+                            f"{type(model).__name__}: override convert_model() in the handler")  # fmt: skip
+        return getattr(model, method)()
 
     # ---- the batch -----------------------------------------------------------------------------------------
 
@@ -126,9 +149,18 @@ class BaseHandler:
 
     def inference(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         with serve.no_grad():
-            if isinstance(data, serve.Tensor):
-                data = data.to(self.device)
-            return self.model(data, *args, **kwargs)
+            return self.model_output(self.model(self.model_input(data), *args, **kwargs))
+
+    def model_input(self, data: Any) -> Any:
+        """Tensors in `data` (nested in tuples, lists, dicts too) on the model's device, floating ones in its dtype."""
+        cast = self.dtype if self.dtype is not serve.float32 else None
+        return _map_tensors(data, lambda t: t.to(self.device, cast if cast and t.is_floating_point() else None))
+
+    def model_output(self, output: Any) -> Any:
+        """float16/bfloat16 tensors in `output` (nested too) as float32; everything else as it is."""
+        if self.dtype is serve.float32:
+            return output
+        return _map_tensors(output, lambda t: t.float() if t.dtype in HALF_DTYPES else t)
 
     def postprocess(self, data: Any) -> list[Any]:
         return data.tolist()
@@ -202,6 +234,29 @@ class BaseHandler:
 
     def get_device(self) -> Any:
         return self.device
+
+
+def model_dtype(model_config: dict[str, Any]) -> Any:
+    """The serve dtype named by the model-config's `dtype` (float32 when absent)."""
+    name = model_config.get("dtype")
+    if name is None:
+        return serve.float32
+    if name not in MODEL_DTYPES:
+        raise ValueError(f"model-config dtype {name!r} is not valid: expected one of {', '.join(MODEL_DTYPES)}")
+    return MODEL_DTYPES[name]
+
+
+def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """`fn` applied to every Tensor in `value`, through tuples, lists and dicts (other values kept)."""
+    if isinstance(value, serve.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    if isinstance(value, tuple):  # a named tuple
+        return type(value)(*(_map_tensors(v, fn) for v in value))
+    return value
 
 
 def select_device(gpu_id: int | None) -> Any:

@@ -42,7 +42,7 @@ class TextEmbeddingHandler(BaseHandler):
     def inference(self, data: Any, *args: Any, **kwargs: Any) -> serve.Tensor:
         input_ids, attention_mask = (t.to(self.device) for t in data)
         with serve.no_grad():
-            tokens = token_embeddings(self.model(input_ids, attention_mask))  # (B, T, D)
+            tokens = self.model_output(token_embeddings(self.model(input_ids, attention_mask)))  # (B, T, D) fp32
             embeddings = mean_pooling(tokens, attention_mask)  # (B, D)
             return l2_normalize(embeddings) if self.normalize else embeddings
 

@@ -1,6 +1,7 @@
 """Configuration: one typed `Settings`, loaded from defaults < config.properties < environment < CLI flags.
 
-The only package of the serving stack that reads the environment (environment.py).
+The only package of the serving stack that reads the environment (environment.py). gpus.py asks nvidia-smi which
+GPUs CUDA will show (number_of_gpu's default, and the GPU gauges of /metrics) without importing CuPy.
 """
 
 from serve.config.loader import load_settings

@@ -10,6 +10,9 @@ when `--ts-config` is given), because its snapshots repeat every property. Ours 
 config file is always read as above and the latest snapshot in `{log_location}/config` supplies
 `model_snapshot` (unless `--ncs`): a restart keeps the registered models whichever way the server was started.
 
+`number_of_gpu` defaults to the GPUs CUDA will show (gpus.py asks nvidia-smi; 0 without it); a configured value
+above that is capped with a warning, as TorchServe caps it.
+
 Unknown keys are logged and ignored (TorchServe ignores them); TorchServe keys with no meaning here are logged
 with the reason. Every bad value raises ConfigError naming the key, the value, what is accepted and where the
 value came from.
@@ -23,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from serve.config import environment
+from serve.config import environment, gpus
 from serve.config.keys import CLI_ONLY, NO_EFFECT, READERS
 from serve.config.logs import check_log_config
 from serve.config.properties import read_properties
@@ -54,7 +57,26 @@ def load_settings(cli: dict[str, Any] | None = None, environ: Mapping[str, str] 
     if environment.LOG_LOCATION_VAR in env:
         out["log_location"] = _read("log_location", env[environment.LOG_LOCATION_VAR], "environment LOG_LOCATION")
     out.update(cli_values)
+    out["number_of_gpu"], out["gpu_uuids"] = _gpus(out.get("number_of_gpu"), env)
     return _finish(out, config_file)
+
+
+def _gpus(configured: int | None, env: Mapping[str, str]) -> tuple[int, tuple[str, ...]]:
+    """(number_of_gpu, the UUIDs of those GPUs): the visible GPUs, or the configured number capped by them."""
+    found = gpus.visible_gpus(env)
+    if found is None:
+        if configured:
+            log.warning("number_of_gpu = %d is used unchecked: nvidia-smi could not list the GPUs", configured)
+        return configured or 0, ()
+    if configured is not None and configured > len(found):
+        log.warning("number_of_gpu = %d is capped to %d: only %d GPU(s) are visible (nvidia-smi -L, %s=%s)",
+                    configured, len(found), len(found), gpus.VISIBLE_DEVICES_VAR,
+                    env.get(gpus.VISIBLE_DEVICES_VAR, "<unset>"))  # fmt: skip
+    number = len(found) if configured is None else min(configured, len(found))
+    if number:
+        log.info("using %d GPU(s): %s", number, ", ".join(f"cuda:{i} = {g.name} ({g.uuid})"
+                                                          for i, g in enumerate(found[:number])))  # fmt: skip
+    return number, tuple(g.uuid for g in found[:number])
 
 
 def _config_file(cli_value: Any, env: Mapping[str, str]) -> Path | None:

@@ -5,7 +5,9 @@ Defaults are TorchServe's except where a comment says otherwise (each such choic
 - `allowed_urls` is empty: only archives inside `model_store` may be registered (TorchServe's default
   `file://.*|http(s)?://.*` lets anyone with the management API fetch any URL, CVE-2023-43654).
 - `metrics_mode` is `prometheus`, so `/metrics` is populated out of the box (TorchServe: `log`, empty `/metrics`).
-- `number_of_gpu` is 0 (CPU) until the CUDA backend lands (TorchServe: all visible GPUs).
+- `number_of_gpu` defaults, as TorchServe's, to the GPUs visible to CUDA (nvidia-smi's list, restricted by
+  `CUDA_VISIBLE_DEVICES`; 0 without nvidia-smi). A configured value above that is capped with a warning; one set
+  where nvidia-smi cannot answer is kept as given (it cannot be checked). See serve/config/gpus.py.
 
 Fields below the `--- not TorchServe keys ---` line come from the command line or the environment, or are ours.
 Build it with `serve.config.load_settings`; constructing it directly (tests, embedding) skips validation.
@@ -69,7 +71,7 @@ class Settings:
     enable_metrics_api: bool = True
     decode_input_request: bool = True  # JSON/text bodies decoded for the handler (TorchServe's worker does it)
     limit_max_image_pixels: bool = True
-    number_of_gpu: int = 0
+    number_of_gpu: int = 0  # load_settings: the visible GPUs unless configured (TorchServe's default)
     enable_envvars_config: bool = False
 
     # --- not TorchServe keys ---
@@ -80,3 +82,5 @@ class Settings:
     log_config: Path | None = None  # --log-config: a Python logging config (JSON dictConfig or INI fileConfig)
     log_format: str = "text"  # "text" (later "json")
     config_file: Path | None = None  # the config.properties that was read, for the startup log
+    # the UUID of the GPU behind each CUDA device 0..number_of_gpu-1 (found by load_settings; for GPU metrics)
+    gpu_uuids: tuple[str, ...] = ()

@@ -10,6 +10,16 @@ config.properties `models` {name: {version: {...}}} < the archive's model-config
   request wins, like every other parameter.
 - `initial_workers` sets both min and max workers; the YAML's pair applies only when maxWorkers >= minWorkers.
 - A YAML value of the wrong type or range is ignored with a warning naming it, as in TorchServe.
+
+Ours (TorchServe has neither), checked at registration, a bad value refused with 400:
+- `dtype: float32 | float16 | bfloat16` (default float32): the handler converts the model's floating-point
+  weights to it at load (`model.half()` / `model.bfloat16()`) and its floating inputs before each forward pass;
+  the outputs come back as float32 to postprocess, so answers are formatted as before. Describe shows it.
+- `gpuMemoryFraction: f` (0 < f <= 1): the share of its GPU's memory a worker's CuPy pool may hold
+  (`serve.cuda.set_per_process_memory_fraction`); by default the pool is not capped.
+GPUs: the workers take `deviceIds` (each in 0..number_of_gpu-1; anything else is ignored with a warning and every
+GPU is used), else every GPU, in turn (round-robin), as TorchServe; `deviceType: cpu`, or number_of_gpu = 0, runs
+them on the CPU.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ CONFIG_KEYS = {
     "maxRetryTimeoutInSec": ("max_retry_timeout", 0),
 }
 DEFAULT_MAX_RETRY_S = 300
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class VersionConfig:
     max_retry_timeout: int = DEFAULT_MAX_RETRY_S  # s
     gpu_ids: tuple[int, ...] = ()
     threads: int | None = None
+    dtype: str = "float32"
+    gpu_memory_fraction: float | None = None
 
 
 def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
@@ -81,7 +94,9 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
     for key in ("batch_size", "max_batch_delay", "response_timeout", "startup_timeout"):
         if params.get(key) is not None:
             values[key] = params[key]
-    return VersionConfig(**values, gpu_ids=_gpu_ids(settings, yaml), threads=_threads(yaml))
+    where = f"model-config of {name} version {version}"
+    return VersionConfig(**values, gpu_ids=_gpu_ids(settings, yaml, where), threads=_threads(yaml),
+                         dtype=model_dtype(yaml, where), gpu_memory_fraction=_memory_fraction(yaml, where))
 
 
 def check_params(params: Mapping[str, int | None]) -> None:
@@ -105,14 +120,39 @@ def _known(source: Mapping[str, Any], where: str) -> dict[str, int]:
     return out
 
 
-def _gpu_ids(settings: Settings, yaml: Mapping[str, Any]) -> tuple[int, ...]:
+def _gpu_ids(settings: Settings, yaml: Mapping[str, Any], where: str) -> tuple[int, ...]:
     """GPUs the workers take in turn: none on a CPU server or with `deviceType: cpu`; `deviceIds` when given."""
     if settings.number_of_gpu <= 0 or yaml.get("deviceType") == "cpu":
         return ()
     ids = yaml.get("deviceIds")
-    if isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < settings.number_of_gpu for i in ids):
+    n = settings.number_of_gpu
+    if isinstance(ids, list) and ids and all(type(i) is int and 0 <= i < n for i in ids):
         return tuple(ids)
-    return tuple(range(settings.number_of_gpu))
+    if ids is not None:
+        log.warning("%s: ignoring deviceIds=%r (expected a list of GPU ids in 0..%d); using every GPU",
+                    where, ids, n - 1)  # fmt: skip
+    return tuple(range(n))
+
+
+def model_dtype(yaml: Mapping[str, Any], where: str) -> str:
+    """The model-config's `dtype` (ours), float32 when absent; InvalidInput (400) for anything else."""
+    value = yaml.get("dtype")
+    if value is None:
+        return "float32"
+    if value not in DTYPES:
+        raise InvalidInput(f"{where}: dtype {value!r} is not valid: expected one of {', '.join(DTYPES)}")
+    return str(value)
+
+
+def _memory_fraction(yaml: Mapping[str, Any], where: str) -> float | None:
+    """The model-config's `gpuMemoryFraction` (ours); InvalidInput (400) unless 0 < value <= 1."""
+    value = yaml.get("gpuMemoryFraction")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InvalidInput(f"{where}: gpuMemoryFraction {value!r} is not valid: expected a number > 0 and <= 1 "
+                           "(the share of the GPU's memory each worker may use)")  # fmt: skip
+    return float(value)
 
 
 def _threads(yaml: Mapping[str, Any]) -> int | None:
@@ -180,6 +220,9 @@ class ModelVersion:
         }  # fmt: skip
         if c.gpu_ids:
             out["deviceIds"] = list(c.gpu_ids)
+        out["dtype"] = c.dtype
+        if c.gpu_memory_fraction is not None:
+            out["gpuMemoryFraction"] = c.gpu_memory_fraction
         out.update({
             "continuousBatching": False, "useJobTicket": False, "useVenv": False, "stateful": False,
             "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 1, "maxSequenceJobQueueSize": 1,

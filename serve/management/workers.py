@@ -15,6 +15,10 @@ Worker states in describe: READY, STARTING (loading), RESTARTING (waiting out a 
 UNLOADING (stopping), FAILED (gave up). TorchServe shows only READY and UNLOADING. Scaling, as in TorchServe,
 starts workers until there are `min_workers` and stops them while there are more than `max_workers`; nothing
 autoscales in between. Scale-down lets a busy worker finish its batch first.
+
+GPUs: each new worker takes the next of the version's `gpu_ids` (round-robin, as TorchServe), kept across its
+restarts. Describe's `gpuUsage` is `gpuId::N` alone: TorchServe appends nvidia-smi's utilization and memory
+there (running nvidia-smi on every describe); here those are the GPU gauges on /metrics.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ labels are TorchServe's (spec section 3):
     QueueTime (ms, last wait)                   {Level="Host", Hostname}
     HandlerTime (ms, last batch)                {ModelName, Level="Model", Hostname}
     any metric a handler records                its dimensions + Hostname (backend_metrics.py)
+    GPUUtilization / GPUMemoryUtilization / GPUMemoryUsed   {Level="Host", DeviceId, Hostname}   per GPU, once
+                                                `watch_gpus` was called (gpu_metrics.py); absent without GPUs
 
 Ours in addition (TorchServe has none of these; pain point 15 asks for them):
 
@@ -37,6 +39,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from serve.metrics.backend_metrics import BackendMetrics
+from serve.metrics.gpu_metrics import GpuCollector
 
 MODEL_LABELS = ("model_name", "model_version", "hostname")
 HOST_LABELS = ("Level", "Hostname")
@@ -85,6 +88,16 @@ class ServerMetrics:
         self._backend = BackendMetrics(reg, self.hostname)
         # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
         self._backend.adopt("HandlerTime", "gauge", ("ModelName", "Level", "Hostname"), self._handler_time)
+        self._gpus: GpuCollector | None = None
+
+    def watch_gpus(self, uuids: Sequence[str], collector: GpuCollector | None = None) -> None:
+        """Report the GPU gauges of these GPUs (by UUID; DeviceId = position, the workers' gpu id) on every page
+        from now on; none for an empty list. `collector` replaces the nvidia-smi one (tests)."""
+        if self._gpus is not None:
+            self.registry.unregister(self._gpus)
+        self._gpus = collector or (GpuCollector(uuids, self.hostname) if uuids else None)
+        if self._gpus is not None:
+            self.registry.register(self._gpus)
 
     def http_response(self, status: int) -> None:
         """Requests2XX / 4XX / 5XX: one per HTTP response on any listener (1xx and 3xx count as 2XX)."""
@@ -145,6 +158,7 @@ class ServerMetrics:
 
         `names` keeps only the families with those names, or with a sample of that name
         (`ts_inference_requests_total`, `ts_batch_size_bucket`), like TorchServe's `?name[]=` filter.
+        With GPUs watched this runs nvidia-smi (at most every few seconds): call it off the event loop.
         """
         source: Collector = self.registry if names is None else _Filtered(self.registry, set(names))
         return generate_latest(source), CONTENT_TYPE_PLAIN_0_0_4

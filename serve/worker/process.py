@@ -15,6 +15,11 @@ carries a content type even when the handler sets none (octet-stream, text/plain
 a result that cannot be serialised or is over `max_response_size` fails only its own request (503 / 507), not the
 batch. A handler whose `handle` returns an iterator streams: each item it yields is a list with one chunk per
 request.
+
+GPUs (gpu.py): a worker given `--gpu N` makes cuda:N current before the handler loads (or warns and runs on the
+CPU when CUDA is not usable). A batch that runs out of memory answers 507 with a message naming the device and
+the batch size, the worker frees its cached memory and serves the next batch; a CUDA error that leaves the
+context unusable answers 500 and ends the worker (exit code 3), which the server restarts.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ import serve
 from serve.archive import open_archive
 from serve.batching.job import DESCRIBE, InferenceRequest
 from serve.errors import PredictionException
+from serve.worker import gpu
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
 from serve.worker.protocol import decode_batch, read_message_sync, write_message_sync
 
 log = logging.getLogger("serve.worker")
 TRACEBACK_FRAMES = 4
+EXIT_CONTEXT_LOST = 3  # a CUDA error left the context unusable: the server starts a fresh worker
 
 
 class BatchFailed(Exception):
@@ -55,16 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     channel_in, channel_out = _take_channel()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
-        handler, context = _load(args)
+        handler, context, device = _load(args)
     except (Exception, SystemExit) as e:
         write_message_sync(channel_out, load_error(e))
         return 1
     write_message_sync(channel_out, {"type": "ready", "pid": os.getpid()})
-    runner = BatchRunner(handler, context, channel_out, args.max_response_size)
+    runner = BatchRunner(handler, context, channel_out, args.max_response_size, device)
     while (message := read_message_sync(channel_in, args.max_input_bytes)) is not None:
         header, payloads = message
         if header.get("type") == "batch":
             runner.run(header, payloads)
+            if runner.context_lost:
+                return EXIT_CONTEXT_LOST
     return 0
 
 
@@ -93,15 +102,18 @@ def _take_channel() -> tuple[BinaryIO, BinaryIO]:
     return channel_in, channel_out
 
 
-def _load(args: argparse.Namespace) -> tuple[Handler, Context]:
+def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None]:
+    """The handler, its context, and the CUDA device the worker runs on (None: the CPU)."""
     archive = open_archive(args.model_dir)
     if args.handler:
         archive.manifest["model"]["handler"] = args.handler
     started = time.perf_counter()
+    device = gpu.use_gpu(args.gpu, archive.model_config)
     handler, context = load_from_archive(archive, gpu=args.gpu, batch_size=args.batch_size,
                                          limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
-    log.info("model %s loaded in %.2f s (pid %d)", archive.model_name, time.perf_counter() - started, os.getpid())
-    return handler, context
+    log.info("model %s loaded in %.2f s on %s (pid %d)", archive.model_name, time.perf_counter() - started,
+             device or "the CPU", os.getpid())  # fmt: skip
+    return handler, context, device
 
 
 def load_error(e: BaseException) -> dict[str, Any]:
@@ -114,9 +126,12 @@ def load_error(e: BaseException) -> dict[str, Any]:
 class BatchRunner:
     """Runs batches through the handler and writes their results to the channel."""
 
-    def __init__(self, handler: Handler, context: Context, channel: BinaryIO, max_response_size: int) -> None:
+    def __init__(self, handler: Handler, context: Context, channel: BinaryIO, max_response_size: int,
+                 device: str | None = None) -> None:  # fmt: skip
         self.handler, self.context, self.channel = handler, context, channel
         self.max_response_size = max_response_size
+        self.device = device  # "cuda:N" when the handler runs on a GPU
+        self.context_lost = False  # a CUDA error made the device unusable: the worker must exit
 
     def run(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         batch_id = header["id"]
@@ -127,6 +142,7 @@ class BatchRunner:
         started = time.perf_counter()
         end: dict[str, Any] = {}
         bodies: list[bytes] = []
+        out_of_memory = False
         try:
             output = self.handler.handle([r.handler_inputs() for r in requests], self.context)
             if isinstance(output, Iterator):
@@ -137,11 +153,18 @@ class BatchRunner:
                 end = {"responses": responses}
         except BatchFailed as e:
             end = {"error": {"code": e.code, "type": e.error_type, "message": e.message}}
-        except Exception as e:  # every handler failure answers the batch; the worker lives on
-            end = {"error": batch_error(e)}
+        except Exception as e:  # every handler failure answers the batch; the worker lives on (but see gpu.py)
+            end = {"error": batch_error(e, self.device, len(requests))}
+            out_of_memory = gpu.is_out_of_memory(e)
+            self.context_lost = self.device is not None and gpu.is_fatal(e)
         handler_ms = (time.perf_counter() - started) * 1000
         result = {"type": "result", "id": batch_id, **end, "handler_ms": handler_ms, "metrics": self._metrics()}
         write_message_sync(self.channel, result, bodies)
+        if self.context_lost:
+            log.error("the CUDA context of %s is unusable after that error: this worker exits and the server "
+                      "starts a new one", self.device)  # fmt: skip
+        elif out_of_memory:
+            gpu.release_memory(self.device)
 
     def _stream(self, batch_id: int, output: Iterator[Any], n: int) -> None:
         for item in output:
@@ -198,15 +221,20 @@ def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any
     return headers
 
 
-def batch_error(e: Exception) -> dict[str, Any]:
-    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 507 for
-    MemoryError, else 500; the message names the exception. The traceback goes to the worker's log."""
+def batch_error(e: Exception, device: str | None = None, batch: int = 1) -> dict[str, Any]:
+    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 507 when memory
+    ran out (on `device`, None for the host), else 500; the message names the exception. The traceback goes to
+    the worker's log.
+
+    Unlike TorchServe, which answers 507 for any exception whose text contains "CUDA", only allocation failures
+    are 507 here: a CUDA error from a bug is a 500 that says what it was."""
     log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
     if isinstance(e, PredictionException) or type(e).__name__ == "PredictionException":
         code = getattr(e, "code", None) or getattr(e, "error_code", None) or 500
         return {"code": int(code), "type": "PredictionException", "message": getattr(e, "message", None) or str(e)}
-    if isinstance(e, MemoryError):
-        return {"code": 507, "type": "MemoryError", "message": f"Out of resources: MemoryError {e}".rstrip()}
+    if gpu.is_out_of_memory(e):
+        message = gpu.out_of_memory_message(e, gpu.exhausted_device(e, device), batch)
+        return {"code": 507, "type": type(e).__name__, "message": message}
     return {"code": 500, "type": type(e).__name__, "message": f"{type(e).__name__}: {e}"}
 
 

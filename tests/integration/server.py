@@ -97,7 +97,7 @@ class ServerProcess:
         self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
         lines = [f"{name}_address=http://127.0.0.1:{port}" for name, port in self.ports.items()]
         grpc_ports = {"grpc_inference_port": free_port(), "grpc_management_port": free_port()}
-        lines += [f"{key}={value}" for key, value in {**grpc_ports, **self.properties}.items()]
+        lines += [f"{key}={value}" for key, value in {"number_of_gpu": 0, **grpc_ports, **self.properties}.items()]
         (self.workdir / "config.properties").write_text("\n".join(lines) + "\n")
 
     @property

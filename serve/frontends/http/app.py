@@ -58,7 +58,8 @@ def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenA
 
 
 def create_metrics_app(metrics_: ServerMetrics, settings: Settings) -> FastAPI:
-    """`/metrics` (Prometheus), `OPTIONS /`, `/api-description`."""
+    """`/metrics` (Prometheus, with the GPU gauges of the server's GPUs), `OPTIONS /`, `/api-description`."""
+    metrics_.watch_gpus(settings.gpu_uuids[: settings.number_of_gpu])
     return _app("metrics API", settings, metrics_, [api_description.router, metrics.router])
 
 

@@ -24,7 +24,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_every_settings_field_has_a_reader() -> None:
-    derived = {"snapshot_dir", "config_file"}
+    derived = {"snapshot_dir", "config_file", "gpu_uuids"}
     assert {f.name for f in fields(Settings)} == set(READERS) | set(CLI_ONLY) | derived
 
 

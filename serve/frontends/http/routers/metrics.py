@@ -3,9 +3,12 @@
 `metrics_mode` (spec section 3): `prometheus` (our default; TorchServe's `log` default leaves `/metrics` empty,
 pain point 15) serves every metric; `legacy` only TorchServe's three `ts_*` counters; `log` an empty page (we
 write no metric log files). No token is needed, so Prometheus scrapes work with token authorization on.
+The page is rendered in a thread: the GPU gauges (serve/metrics/gpu_metrics.py) run nvidia-smi.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import APIRouter
 from starlette.requests import Request
@@ -25,5 +28,5 @@ async def metrics(request: Request) -> Response:
         names = set()
     elif mode == "legacy":
         names = set(LEGACY_NAMES) & names if names else set(LEGACY_NAMES)
-    body, content_type = server_metrics.render(names)
+    body, content_type = await asyncio.to_thread(server_metrics.render, names)
     return Response(body, media_type=content_type)
