@@ -83,6 +83,8 @@ def binary(prim: Any, name: str, a: Any, b: Any, dt: dtype | None = None) -> Ten
                 dt = a._dtype if a._dtype is b._dtype else _result_dtype(a, b)
             if a._device is not b._device:
                 _check_devices(a, b)
+                if not a._data.ndim:
+                    ta = b  # a zero-dim tensor joins the other operand's device, as in PyTorch
             grad = a._requires_grad or b._requires_grad
         else:
             if dt is None:
@@ -98,8 +100,8 @@ def binary(prim: Any, name: str, a: Any, b: Any, dt: dtype | None = None) -> Ten
         broadcast_shapes(ea._data.shape, eb._data.shape)
         return prim.apply(ea, eb)
     ops = ta._ops
-    ad = a._data if isinstance(a, Tensor) and a._dtype is dt else _raw(a, dt, ops)
-    bd = b._data if isinstance(b, Tensor) and b._dtype is dt else _raw(b, dt, ops)
+    ad = a._data if isinstance(a, Tensor) and a._dtype is dt and a._ops is ops else _raw(a, dt, ops)
+    bd = b._data if isinstance(b, Tensor) and b._dtype is dt and b._ops is ops else _raw(b, dt, ops)
     try:
         out = getattr(ops, name)(ad, bd)
     except OverflowError:  # a Python int outside a small integer dtype wraps around, as in PyTorch
@@ -139,6 +141,11 @@ def _raw(x: Any, dt: dtype, ops: Any) -> Any:
     if isinstance(x, _Scalar):
         return x if dt.np.kind != "b" else bool(x)
     raise TypeError(f"unsupported operand type: expected a Tensor or a number, got {type(x).__name__}")
+
+
+def _operand_data(x: Any, dt: dtype, ops: Any) -> Any:
+    """x's backend array in dtype `dt` on `ops`'s device (a number stays a number)."""
+    return x._data if isinstance(x, Tensor) and x._dtype is dt and x._ops is ops else _raw(x, dt, ops)
 
 
 def _float_dt(a: Any, b: Any) -> dtype:
@@ -250,10 +257,13 @@ def _compare_into_bool(name: str) -> Any:
         if not isinstance(other, (Tensor, numbers.Number)):
             return NotImplemented
         ta = input if isinstance(input, Tensor) else other
+        if isinstance(other, Tensor) and other._device is not input._device:
+            _check_devices(input, other)
+            if not input._data.ndim:
+                ta = other
         dt = input._dtype if isinstance(other, Tensor) and input._dtype is other._dtype else _result_dtype(input, other)
         ops = ta._ops
-        ad = input._data if isinstance(input, Tensor) and input._dtype is dt else _raw(input, dt, ops)
-        bd = other._data if isinstance(other, Tensor) and other._dtype is dt else _raw(other, dt, ops)
+        ad, bd = _operand_data(input, dt, ops), _operand_data(other, dt, ops)
         try:
             out = getattr(ops, name)(ad, bd)
         except ValueError:

@@ -184,6 +184,19 @@ def test_to_cuda_round_trip_is_exact_and_reports_the_index() -> None:
         assert back.tolist() == x.tolist()
 
 
+def test_mixed_devices_follow_pytorch() -> None:
+    """Dimensioned tensors on two devices are an error; a zero-dim CPU tensor joins the other's device."""
+    g, c = serve.ones(3, device="cuda"), serve.ones(3)
+    for op in (lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a == b, lambda a, b: a < b):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            op(g, c)
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            op(c, g)
+    for out in (g + serve.tensor(2.0), serve.tensor(2.0) + g, serve.tensor(2.0) * g, serve.tensor(1.0) == g):
+        assert out.is_cuda and out.shape == (3,)
+    assert (serve.tensor(2.0) + g).tolist() == [3.0, 3.0, 3.0]
+
+
 def test_creation_on_device_and_random_values_match_cpu() -> None:
     z = serve.zeros(2, 3, device="cuda")
     assert str(z.device) == "cuda:0" and z.sum().item() == 0

@@ -38,6 +38,7 @@ OTHER_TESTS = (
     "test_view_strides_contiguity_empty_and_printing",
     "test_on_device_and_current_device",
     "test_to_cuda_round_trip_is_exact_and_reports_the_index",
+    "test_mixed_devices_follow_pytorch",
     "test_creation_on_device_and_random_values_match_cpu",
     "test_module_moves_and_half_precision_forward",
     "test_sdpa_uses_the_fused_softmax_and_matches_cpu",
