@@ -50,8 +50,7 @@ def get_ops(dev: device) -> ModuleType:
         if (e.name or "").split(".")[0] not in ("cupy", "cupyx", "cupy_backends"):
             raise
         raise RuntimeError(
-            f"{dev.type.upper()} is not available: CuPy is not installed ({e}); {INSTALL_HINT}, "
-            "or use device='cpu'."
+            f"{dev.type.upper()} is not available: CuPy is not installed ({e}); {INSTALL_HINT}, or use device='cpu'."
         ) from None
     _loaded[dev.type] = ops
     return ops

@@ -50,6 +50,9 @@ Pair = tuple[int, int]
 Pads = tuple[int, int, int, int]
 _HALF = frozenset((np.dtype(np.float16).num, np.dtype(ml_dtypes.bfloat16).num))
 _KERNEL_NUMS = _HALF | {np.dtype(np.float32).num}
+# array-module-free helpers (slicing, views and array methods only): the CPU backend's own
+_compute, _taps, _col2im, _along = _host._compute, _host._taps, _host._col2im, _host._along
+
 # the most one im2col buffer may take: a chunk of the batch is at least one sample
 _CHUNK_BYTES = 512 << 20
 
@@ -58,10 +61,6 @@ def _dev(a: Any) -> cupy.ndarray:
     from serve.backend.ops_cuda import asarray
 
     return asarray(a)
-
-
-def _compute(a: cupy.ndarray) -> cupy.ndarray:
-    return a.astype(np.float32) if a.dtype.num in _HALF else a
 
 
 def _kernel_ok(a: cupy.ndarray) -> bool:
@@ -91,15 +90,6 @@ def _crop(xp: cupy.ndarray, padding: Pads, size: Pair) -> cupy.ndarray:
     return cupy.ascontiguousarray(xp[:, :, t : t + size[0], l : l + size[1]])
 
 
-def _taps(xp: cupy.ndarray, kernel: Pair, stride: Pair, dilation: Pair, out: Pair) -> Any:
-    """(i, j, view) per kernel tap: the writeable (N, C, OH, OW) view of `xp` that tap reads."""
-    (sh, sw), (oh, ow) = stride, out
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            h0, w0 = i * dilation[0], j * dilation[1]
-            yield i, j, xp[:, :, h0 : h0 + sh * (oh - 1) + 1 : sh, w0 : w0 + sw * (ow - 1) + 1 : sw]
-
-
 def _im2col(x: cupy.ndarray, kernel: Pair, stride: Pair, padding: Pads, dilation: Pair, out: Pair) -> cupy.ndarray:
     """(N, C*kh*kw, OH*OW) columns, rows ordered c*kh*kw + i*kw + j (the weight's OIHW flattening)."""
     n, c = x.shape[:2]
@@ -110,12 +100,6 @@ def _im2col(x: cupy.ndarray, kernel: Pair, stride: Pair, padding: Pads, dilation
     taps = [v for _, _, v in _taps(xp, kernel, stride, dilation, out)]
     cols = cupy.stack(taps, axis=2)  # (N, C, kh*kw, OH, OW)
     return cols.reshape(n, c * kernel[0] * kernel[1], out[0] * out[1])
-
-
-def _col2im(xp: cupy.ndarray, cols: cupy.ndarray, stride: Pair, dilation: Pair) -> None:
-    """Add the (N, C, kh, kw, OH, OW) columns back onto the padded planes `xp`, in place."""
-    for i, j, v in _taps(xp, cols.shape[2:4], stride, dilation, cols.shape[4:]):
-        v += cols[:, :, i, j]
 
 
 def _chunks(n: int, sample_bytes: int) -> Any:
@@ -325,10 +309,6 @@ def nearest_plan(size: int, out: int, scale: float | None, exact: bool) -> tuple
 
 def linear_plan(size: int, out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> tuple:
     return _on_device(_host.linear_plan(size, out, align_corners, scale, dt))
-
-
-def _along(v: cupy.ndarray, axis: int) -> cupy.ndarray:
-    return v.reshape((-1,) + (1,) * (-axis - 1))
 
 
 def resample(a: cupy.ndarray, plan: tuple) -> cupy.ndarray:

@@ -436,6 +436,8 @@ tril = cupy.tril
 triu = cupy.triu
 take_along_axis = cupy.take_along_axis
 nonzero = cupy.nonzero
+strides = _host.strides  # array attributes only: the CPU backend's own
+is_contiguous = _host.is_contiguous
 
 
 def concatenate(arrays: Any, axis: int | None = 0) -> cupy.ndarray:
@@ -470,15 +472,6 @@ def view(a: cupy.ndarray, shape: tuple) -> cupy.ndarray | None:
     except (AttributeError, ValueError):  # numpy says AttributeError; be lenient about CuPy's wording
         return None
     return out
-
-
-def strides(a: cupy.ndarray) -> tuple[int, ...]:
-    """Strides in elements, as PyTorch reports them."""
-    return tuple(s // a.itemsize for s in a.strides) if a.itemsize else (0,) * a.ndim
-
-
-def is_contiguous(a: cupy.ndarray) -> bool:
-    return bool(a.flags.c_contiguous)
 
 
 def index_add(target: cupy.ndarray, index: Any, values: Any) -> None:
