@@ -1,7 +1,7 @@
 """serve: a model server on its own tensor runtime. `import serve` reads like `import torch`.
 
-    x = serve.tensor([[1., 2.]]); y = serve.from_numpy(arr)
-    with serve.no_grad(): out = model(x)
+x = serve.tensor([[1., 2.]]); y = serve.from_numpy(arr)
+with serve.no_grad(): out = model(x)
 """
 
 import builtins as _builtins

@@ -95,8 +95,13 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         if params.get(key) is not None:
             values[key] = params[key]
     where = f"model-config of {name} version {version}"
-    return VersionConfig(**values, gpu_ids=_gpu_ids(settings, yaml, where), threads=_threads(yaml),
-                         dtype=model_dtype(yaml, where), gpu_memory_fraction=_memory_fraction(yaml, where))
+    return VersionConfig(
+        **values,
+        gpu_ids=_gpu_ids(settings, yaml, where),
+        threads=_threads(yaml),
+        dtype=model_dtype(yaml, where),
+        gpu_memory_fraction=_memory_fraction(yaml, where),
+    )
 
 
 def check_params(params: Mapping[str, int | None]) -> None:

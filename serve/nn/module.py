@@ -262,7 +262,7 @@ class Module:
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         """An OrderedDict of every parameter and persistent buffer, keyed exactly as PyTorch keys them."""
         if args:  # PyTorch's deprecated positional form: (destination, prefix, keep_vars)
-            destination, prefix, keep_vars = (list(args) + [destination, prefix, keep_vars][len(args):])[:3]
+            destination, prefix, keep_vars = (list(args) + [destination, prefix, keep_vars][len(args) :])[:3]
         return _sd.state_dict(self, destination, prefix, keep_vars)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
@@ -402,8 +402,7 @@ class Module:
                 if result is not None:
                     if not (isinstance(result, tuple) and len(result) == 2):
                         raise RuntimeError(
-                            "forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
-                            f"but got {result}."
+                            f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {result}."
                         )
                     args, kwargs = result
             else:

@@ -126,7 +126,7 @@ def load_own_state(module: Module, sd: dict, prefix: str, local_metadata: dict, 
     if strict:
         for key in sd:
             if key.startswith(prefix):
-                first = key[len(prefix):].split(".", 1)[0]
+                first = key[len(prefix) :].split(".", 1)[0]
                 if first not in module._modules and first not in local_state:
                     unexpected_keys.append(key)
 

@@ -213,7 +213,6 @@ def remainder(input: Any, other: Any) -> Tensor:
     return binary(fn.Remainder, "remainder", input, other)
 
 
-
 def _check_int_zero(other: Any) -> None:
     is_zero = (other == 0) if not isinstance(other, Tensor) else bool((other._data == 0).any())
     if is_zero:

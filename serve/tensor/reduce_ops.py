@@ -274,7 +274,7 @@ def _softmax(prim: Any, name: str, x: Tensor, dim: Any, dtype: Any) -> Tensor:
         x = x.to(dtype)
     if x._dtype._category < _FLOAT:
         raise RuntimeError(
-            f'"{name}_lastdim_kernel_impl" not implemented for \'{x._dtype.name}\': pass a floating tensor or dtype='
+            f"\"{name}_lastdim_kernel_impl\" not implemented for '{x._dtype.name}': pass a floating tensor or dtype="
         )
     ndim = x._data.ndim
     if type(dim) is not int or not -ndim <= dim < ndim:

@@ -228,9 +228,7 @@ def sum_to_size(input: Tensor, *size: Any) -> Tensor:
 def repeat(input: Tensor, *sizes: Any) -> Tensor:
     reps = _sizes(sizes)
     if len(reps) < input.ndim:
-        raise RuntimeError(
-            "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
-        )
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
     x = input.reshape((1,) * (len(reps) - input.ndim) + input.shape)
     # (s0, s1) -> (1, s0, 1, s1) -> expand (r0, s0, r1, s1) -> (r0*s0, r1*s1)
     inter = tuple(v for s in x.shape for v in (1, s))
@@ -250,9 +248,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0, *, out: Any = None) -> Tensor:
     d = wrap_dim(dim, ref.ndim)
     for i, t in enumerate(parts):
         if t.ndim != ref.ndim:
-            raise RuntimeError(
-                f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}"
-            )
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}")
         for k in range(ref.ndim):
             if k != d and t.shape[k] != ref.shape[k]:
                 raise RuntimeError(

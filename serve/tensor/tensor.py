@@ -495,4 +495,3 @@ def wrap_dim(dim: Any, ndim: int) -> int:
     if not -n <= dim < n:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
     return dim + n if dim < 0 else dim
-

@@ -161,7 +161,7 @@ def test_a_killed_worker_fails_its_request_then_recovers(world: dict) -> None:
 def test_metrics_are_on_by_default(world: dict) -> None:
     server = world["server"]
     text = httpx.get(server.metrics + "/metrics").text
-    assert 'ts_inference_requests_total{' in text and 'model_name="digits"' in text
+    assert "ts_inference_requests_total{" in text and 'model_name="digits"' in text
     assert "ts_queue_latency_microseconds" in text
 
 

@@ -198,7 +198,6 @@ class InstanceNorm3d(_InstanceNorm):
     _no_batch_dim = 4
 
 
-
 def _affine_parameters(module: Module, shape: Any, affine: bool, bias: bool, device: Any, dtype: Any) -> None:
     """LayerNorm's and GroupNorm's `weight` (ones) and `bias` (zeros), or None when not affine/no bias."""
     weight = Parameter(empty(shape, device=device, dtype=dtype)) if affine else None
@@ -212,6 +211,7 @@ def _reset_affine(module: Module) -> None:
         init.ones_(module.weight)
     if module.bias is not None:
         init.zeros_(module.bias)
+
 
 class LayerNorm(Module):
     """Normalize over the trailing `normalized_shape` dims, with an elementwise affine of that shape."""

@@ -123,8 +123,9 @@ def max_pool2d(x, kernel, stride, padding, dilation, out_hw, with_indices):
 
 def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_override):
     x = _chk(x, "avg_pool2d")
-    return cpu_conv.avg_pool2d(x, kernel, stride, _top_left(padding), tuple(out_hw), count_include_pad,
-                               divisor_override).view(cupy.ndarray)
+    return cpu_conv.avg_pool2d(
+        x, kernel, stride, _top_left(padding), tuple(out_hw), count_include_pad, divisor_override
+    ).view(cupy.ndarray)
 
 
 def im2col(x, kernel, stride, padding, dilation, out_hw):
@@ -133,9 +134,9 @@ def im2col(x, kernel, stride, padding, dilation, out_hw):
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
     t, l = _top_left(padding)
     big = np.zeros((n, c, h + t + oh * sh + kh * dh, w + l + ow * sw + kw * dw), x.dtype)
-    big[:, :, t:t + h, l:l + w] = x
+    big[:, :, t : t + h, l : l + w] = x
     cols = np.empty((n, c, kh, kw, oh, ow), x.dtype)
     for i in range(kh):
         for j in range(kw):
-            cols[:, :, i, j] = big[:, :, i * dh: i * dh + sh * oh: sh, j * dw: j * dw + sw * ow: sw]
+            cols[:, :, i, j] = big[:, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
     return cols.reshape(n, c * kh * kw, oh * ow).view(cupy.ndarray)
