@@ -9,6 +9,7 @@ import builtins as _builtins
 from serve import autograd
 from serve import tensor as _tensor_pkg  # binds Tensor's methods first
 from serve.backend import device
+from serve.backend.cpu_threads import get_num_threads, set_num_threads
 from serve.tensor import return_types
 from serve.tensor.creation import (
     arange,

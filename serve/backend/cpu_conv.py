@@ -18,6 +18,8 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from serve.backend import cpu_threads
+
 __all__ = [
     "adaptive_avg_matrix",
     "adaptive_max_pool2d",
@@ -109,44 +111,97 @@ def _is_depthwise(channels: int, groups: int) -> bool:
 # ---- convolution -------------------------------------------------------------------------------------
 def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: Pair, padding: Pads, dilation: Pair,
            groups: int) -> np.ndarray:  # fmt: skip
-    """Cross-correlation of x (N, C, H, W) with w (OC, C/groups, kh, kw), plus bias (OC,)."""
+    """Cross-correlation of x (N, C, H, W) with w (OC, C/groups, kh, kw), plus bias (OC,).
+
+    The lanes (cpu_threads) take a share of the samples each, padding and multiplying them on their own; a single
+    sample is split by output rows (or, 1x1, by output channels) instead."""
     dt = x.dtype
     x, w = _compute(x), _compute(w)
-    kernel = w.shape[2:]
-    flat = _is_depthwise(x.shape[1], groups) and stride == (1, 1)
     t, b_, l, r = padding
-    xp = _pad(x, (t, b_ + flat, l, r))  # flat taps of the last row run into one spare row
-    out = _out_hw((xp.shape[2] - flat, xp.shape[3]), kernel, stride, dilation)
-    if flat:
-        y = _depthwise_flat(xp, w, dilation, out)
-    elif kernel == (1, 1):
-        y = _pointwise(xp[:, :, : stride[0] * out[0] : stride[0], : stride[1] * out[1] : stride[1]], w, groups)
-    else:  # strided depthwise too: one (multiplier, kh*kw) @ (kh*kw, L) product per channel
-        y = _im2col_conv(xp, w, stride, dilation, out, groups)
-    if b is not None:
-        y += _compute(b).reshape(-1, 1, 1)
+    out = _out_hw((x.shape[2] + t + b_, x.shape[3] + l + r), w.shape[2:], stride, dilation)
+    y = np.empty((x.shape[0], w.shape[0]) + out, x.dtype)
+    bias = None if b is None else _compute(b).reshape(-1, 1, 1)
+    if not cpu_threads.blas_controlled():  # the BLAS runs its own threads: no lanes around its products
+        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
+    elif x.shape[0] > 1:
+        cpu_threads.parallel(lambda n0, n1: _conv_samples(x[n0:n1], w, bias, stride, padding, dilation, groups,
+                                                          y[n0:n1]), cpu_threads.spans(x.shape[0]))  # fmt: skip
+    else:
+        _conv_one_sample(x, w, bias, stride, padding, dilation, groups, y)
     return y.astype(dt, copy=False)
 
 
-def _pointwise(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
+def _conv_samples(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: Pair, padding: Pads,
+                  dilation: Pair, groups: int, y: np.ndarray) -> None:  # fmt: skip
+    """conv2d of the samples x into y, on the calling thread."""
+    kernel = w.shape[2:]
+    flat = _is_depthwise(x.shape[1], groups) and stride == (1, 1)
+    t, b, l, r = padding
+    xp = _pad(x, (t, b + flat, l, r))  # flat taps of the last row run into one spare row
+    if flat:
+        _depthwise_flat(xp, w, dilation, y)
+    elif kernel == (1, 1):
+        _pointwise(_strided(xp, stride, y.shape[2:]), w, groups, y)
+    else:  # strided depthwise too: one (multiplier, kh*kw) @ (kh*kw, L) product per channel
+        _im2col_conv(xp, w, stride, dilation, groups, y)
+    if bias is not None:
+        y += bias
+
+
+def _conv_one_sample(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stride: Pair, padding: Pads,
+                     dilation: Pair, groups: int, y: np.ndarray) -> None:  # fmt: skip
+    """conv2d of one sample with the lanes splitting its output rows (1x1: its output channels)."""
+    oc, kernel, (oh, ow) = w.shape[0], w.shape[2:], y.shape[2:]
+    if _is_depthwise(x.shape[1], groups) or (kernel == (1, 1) and groups > 1):
+        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
+        return
+    xp = _pad(x, padding)
+    if kernel == (1, 1):
+        cols = np.ascontiguousarray(_strided(xp, stride, (oh, ow))).reshape(-1, oh * ow)
+        w2, ym = w.reshape(oc, -1), y.reshape(oc, oh * ow)
+
+        def channels(o0: int, o1: int) -> None:
+            np.matmul(w2[o0:o1], cols, out=ym[o0:o1])
+            if bias is not None:
+                ym[o0:o1] += bias[o0:o1, 0]
+
+        cpu_threads.parallel(channels, cpu_threads.spans(oc))
+        return
+    win = _windows(xp, kernel, stride, dilation, (oh, ow))
+    wm = w.reshape(groups, oc // groups, -1)
+    rows = max(1, _ROWS_BYTES // (win.shape[1] * kernel[0] * kernel[1] * ow * xp.itemsize))
+
+    def row_span(r0: int, r1: int) -> None:
+        _row_blocks(win, wm, y, rows, r0, r1)
+        if bias is not None:
+            y[:, :, r0:r1] += bias
+
+    cpu_threads.parallel(row_span, cpu_threads.spans(oh))
+
+
+def _strided(xp: np.ndarray, stride: Pair, out: Pair) -> np.ndarray:
+    """The pixels a 1x1 convolution with `stride` reads (a view)."""
+    return xp[:, :, : stride[0] * out[0] : stride[0], : stride[1] * out[1] : stride[1]]
+
+
+def _pointwise(x: np.ndarray, w: np.ndarray, groups: int, y: np.ndarray) -> None:
     n, c, h, wd = x.shape
     oc = w.shape[0]
     wm = w.reshape(groups, oc // groups, c // groups)
-    y = np.matmul(wm, x.reshape(n, groups, c // groups, h * wd))  # (N, G, OC/G, H*W)
-    return y.reshape(n, oc, h, wd)
+    np.matmul(wm, x.reshape(n, groups, c // groups, h * wd), out=y.reshape(n, groups, oc // groups, h * wd))
 
 
-def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, out: Pair, groups: int) -> np.ndarray:
+def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, groups: int, y: np.ndarray) -> None:
     n, c = xp.shape[:2]
     oc, cg, kh, kw = w.shape
+    out = y.shape[2:]
     k, l = cg * kh * kw, out[0] * out[1]
     win = _windows(xp, (kh, kw), stride, dilation, out)
     wm = w.reshape(groups, oc // groups, k)
-    y = np.empty((n, oc) + out, xp.dtype)
     row_bytes = c * kh * kw * out[1] * xp.itemsize  # the columns of one output row of one sample
     if row_bytes * out[0] > _ROWS_BYTES:
-        _row_blocks(win, wm, y, max(1, _ROWS_BYTES // row_bytes))
-        return y
+        _row_blocks(win, wm, y, max(1, _ROWS_BYTES // row_bytes), 0, out[0])
+        return
     for n0, n1 in _chunks(n, row_bytes * out[0]):
         m = n1 - n0
         if groups == 1 and l < _SMALL_PLANE and m > 1:
@@ -155,26 +210,27 @@ def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, ou
         else:
             stacked = np.ascontiguousarray(win[n0:n1]).reshape(m, groups, k, l)  # (m, G, C/G*kh*kw, L)
             np.matmul(wm, stacked, out=y[n0:n1].reshape(m, groups, oc // groups, l))  # (m, G, OC/G, L)
-    return y
 
 
-def _row_blocks(win: np.ndarray, wm: np.ndarray, y: np.ndarray, rows: int) -> None:
-    """im2col over blocks of `rows` output rows of one sample at a time, for planes whose columns would overflow
-    the CPU's cache: the product then reads a block the copy has just written (ResNet's 56x56 layers ~20% faster)."""
+def _row_blocks(win: np.ndarray, wm: np.ndarray, y: np.ndarray, rows: int, first: int, stop: int) -> None:
+    """im2col over blocks of `rows` output rows (from `first` to `stop`) of one sample at a time, for planes whose
+    columns would overflow the CPU's cache: the product then reads a block the copy has just written (ResNet's
+    56x56 layers ~20% faster)."""
     groups, ocg, k = wm.shape
-    oh, ow = y.shape[2:]
+    ow = y.shape[3]
     for i in range(y.shape[0]):
-        for r0 in range(0, oh, rows):
-            r1 = min(oh, r0 + rows)
+        for r0 in range(first, stop, rows):
+            r1 = min(stop, r0 + rows)
             cols = np.ascontiguousarray(win[i, :, :, :, r0:r1]).reshape(groups, k, (r1 - r0) * ow)  # (G, K, rows*OW)
             y[i, :, r0:r1] = np.matmul(wm, cols).reshape(groups * ocg, r1 - r0, ow)  # (G, OC/G, rows*OW)
 
 
-def _depthwise_flat(xp: np.ndarray, w: np.ndarray, dilation: Pair, out: Pair) -> np.ndarray:
-    """Stride-1 depthwise: each tap reads one contiguous slice of the flattened padded planes, so every
+def _depthwise_flat(xp: np.ndarray, w: np.ndarray, dilation: Pair, out_y: np.ndarray) -> None:
+    """Stride-1 depthwise into out_y: each tap reads one contiguous slice of the flattened padded planes, so every
     multiply-add runs over whole rows (the columns past OW are cropped at the end)."""
     n, c, hp, wp = xp.shape
     oc, _, kh, kw = w.shape
+    out = out_y.shape[2:]
     planes, l = xp.reshape(n, c, 1, hp * wp), out[0] * wp
     wk = w.reshape(c, oc // c, kh * kw, 1)
     y = np.empty((n, c, oc // c, l), xp.dtype)
@@ -189,7 +245,7 @@ def _depthwise_flat(xp: np.ndarray, w: np.ndarray, dilation: Pair, out: Pair) ->
                 acc += np.multiply(src, wk[:, :, tap], out=tmp)
             else:
                 np.multiply(src, wk[:, :, tap], out=acc)
-    return np.ascontiguousarray(y.reshape(n, oc, out[0], wp)[..., : out[1]])
+    np.copyto(out_y, y.reshape(n, oc, out[0], wp)[..., : out[1]])
 
 
 def _col2im(xp: np.ndarray, cols: np.ndarray, stride: Pair, dilation: Pair) -> None:
@@ -296,7 +352,21 @@ def _separable_max(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dil
     """The max over rectangular windows as a max along H then along W, each tap one maximum over whole padded
     planes flattened (long contiguous loops: numpy's per-row loop overhead made strided views 3x slower), then
     one strided pick of the window starts. Windows that run past the input read the `lowest` padding, which
-    never wins; NaN propagates, as in PyTorch."""
+    never wins; NaN propagates, as in PyTorch. The lanes take a share of the planes each."""
+    n, c, h, w = x.shape
+    planes = x.reshape(n * c, 1, h, w)
+    y = np.empty((n * c,) + out, x.dtype)
+
+    def part(p0: int, p1: int) -> None:
+        y[p0:p1] = _separable_max_planes(planes[p0:p1], kernel, stride, padding, dilation, out)
+
+    cpu_threads.parallel(part, cpu_threads.spans(n * c) if x.nbytes >= cpu_threads.SPLIT_BYTES else [(0, n * c)])
+    return y.reshape(n, c, *out)
+
+
+def _separable_max_planes(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair,
+                          out: Pair) -> np.ndarray:  # fmt: skip
+    """_separable_max of the planes x (P, 1, H, W), as a (P, OH, OW) view."""
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     bottom = max(padding[0], (out[0] - 1) * sh + (kh - 1) * dh + 1 - h - padding[0])
@@ -313,8 +383,7 @@ def _separable_max(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dil
     for j in range(2, kw):
         np.maximum(r, m[:, j * dw : j * dw + span], out=r)
     e = r.itemsize
-    starts = as_strided(r, (n * c,) + out, (r.strides[0], sh * wp * e, sw * e), writeable=False)
-    return starts.reshape(n, c, *out)
+    return as_strided(r, (n * c,) + out, (r.strides[0], sh * wp * e, sw * e), writeable=False)
 
 
 def max_pool2d(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dilation: Pair, out: Pair,

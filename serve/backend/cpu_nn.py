@@ -13,6 +13,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from serve.backend import cpu_blas, cpu_threads
+
 __all__ = [
     "bag_counts", "bag_ids", "bag_positions", "batch_norm_eval", "dropout_mask", "elu", "erfinv", "gelu",
     "hardsigmoid", "hardswish", "hardtanh", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "mish", "moments",
@@ -23,7 +25,6 @@ _HALF_NUMS = frozenset((np.dtype(np.float16).num, np.dtype(ml_dtypes.bfloat16).n
 _SQRT_HALF = 1 / math.sqrt(2.0)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _BLOCK = 1 << 16  # elements per block of a multi-pass kernel: its temporaries stay in the CPU cache
-_dot = np.dot
 
 
 def _in_float32(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
@@ -67,10 +68,10 @@ def _elementwise(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     """x @ w.T + b with one BLAS call; the bias is added in place into the product."""
     if x.ndim > 2:
-        out = _dot(x.reshape(-1, x.shape[-1]), w.T)  # (B*T, out)
+        out = cpu_blas.matmul(x.reshape(-1, x.shape[-1]), w.T)  # (B*T, out)
         out = out.reshape(x.shape[:-1] + out.shape[-1:])  # (B, T, out)
     else:
-        out = np.asarray(_dot(x, w.T))
+        out = np.asarray(cpu_blas.matmul(x, w.T) if x.ndim == 2 else np.dot(x, w.T))
     if b is not None:
         out += b
     return out
@@ -151,7 +152,11 @@ def elu(a: np.ndarray, alpha: float, scale: float, input_scale: float) -> np.nda
 
 
 def relu_(a: np.ndarray) -> np.ndarray:
-    return np.maximum(a, 0, out=a)
+    flat = a.reshape(-1) if a.flags.c_contiguous else None
+    if flat is None or flat.nbytes < cpu_threads.SPLIT_BYTES:
+        return np.maximum(a, 0, out=a)
+    cpu_threads.parallel(lambda i0, i1: np.maximum(flat[i0:i1], 0, out=flat[i0:i1]), cpu_threads.spans(flat.size))
+    return a
 
 
 def leaky_relu(a: np.ndarray, slope: float) -> np.ndarray:
@@ -282,9 +287,22 @@ def batch_norm_eval(a: np.ndarray, mean: np.ndarray, var: np.ndarray, w: np.ndar
     if b is not None:
         shift += b
     bshape = (-1,) + (1,) * (a.ndim - 2)  # (C, 1, 1): broadcasts over the spatial dims
-    out = x * scale.reshape(bshape)
-    out += shift.reshape(bshape)
+    scale, shift = scale.reshape(bshape), shift.reshape(bshape)
+    out = np.empty(x.shape, x.dtype)
+    if x.nbytes < cpu_threads.SPLIT_BYTES or x.ndim < 2:
+        _scale_shift(x, scale, shift, out)
+    elif len(x) > 1:  # lanes take samples, else channels
+        cpu_threads.parallel(lambda i0, i1: _scale_shift(x[i0:i1], scale, shift, out[i0:i1]),
+                             cpu_threads.spans(len(x)))  # fmt: skip
+    else:
+        cpu_threads.parallel(lambda c0, c1: _scale_shift(x[:, c0:c1], scale[c0:c1], shift[c0:c1], out[:, c0:c1]),
+                             cpu_threads.spans(x.shape[1]))  # fmt: skip
     return out.astype(a.dtype, copy=False)
+
+
+def _scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray, out: np.ndarray) -> None:
+    np.multiply(x, scale, out=out)
+    out += shift
 
 
 # ---- embedding bags -------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from serve.backend import cpu_blas
+
 # PyTorch computes 1/0, log(-1) and overflow silently (inf, nan); numpy warns. Silence numpy's floating-point
 # RuntimeWarnings raised from serve's own modules only: an np.errstate block per op would cost more than the op.
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"serve(\.|$)")
@@ -339,8 +341,8 @@ def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, is_bool: bool, s
 # ---- matrix products ------------------------------------------------------------------------------
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.num in _HALF_NUMS:
-        return np.asarray(np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype))
-    return np.asarray(np.matmul(a, b))
+        return np.asarray(cpu_blas.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype))
+    return np.asarray(cpu_blas.matmul(a, b))
 
 
 def einsum(subscripts: str, *operands: np.ndarray) -> np.ndarray:
@@ -424,8 +426,9 @@ def topk(a: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, n
 
 
 # ---- the nn primitives, one file per family (each lists its names in __all__) -------------------------
-from serve.backend import cpu_memory  # noqa: E402
+from serve.backend import cpu_memory, cpu_threads  # noqa: E402
 from serve.backend.cpu_conv import *  # noqa: E402, F403
 from serve.backend.cpu_nn import *  # noqa: E402, F403
 
 cpu_memory.keep_freed_buffers()  # activations reuse mapped heap memory instead of page-faulting fresh mmaps
+cpu_threads.hold_blas()  # serve's lanes split the work; numpy's BLAS runs one thread under them
