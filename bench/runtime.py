@@ -5,7 +5,8 @@
     .venv/bin/python bench/runtime.py --profile "ResNet-18 b8"   # cProfile of serve on one case
     .venv/bin/python bench/runtime.py --case "ResNet-18 b8"      # time only that case
 
-serve runs under serve.no_grad() on numpy's BLAS, PyTorch under torch.inference_mode(). Each case is warmed up,
+serve runs under serve.no_grad() on its CPU lanes (serve.set_num_threads; numpy's OpenBLAS one thread in each),
+PyTorch under torch.inference_mode() on its intra-op pool (torch.set_num_threads). Each case is warmed up,
 then timed in 5 rounds of a serve block and a torch block (so both see the same machine load): `--runs` calls
 per library, fewer where that would pass `--seconds`; the figure is the median call in milliseconds. The ratio
 is serve / torch: below 1 means serve is faster. The torch models are the test suite's twins (tests/unit/zoo),
@@ -160,6 +161,7 @@ def main() -> None:
     parser.add_argument("--case", action="append", help="time only the case of this name (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
+    serve.set_num_threads(THREADS)
     all_cases = [c for c in cases() if not args.case or c[0] in args.case]
     if args.profile:
         chosen = [c for c in all_cases if c[0] == args.profile]

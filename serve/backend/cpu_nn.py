@@ -42,15 +42,21 @@ def _in_float32(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 
 def _blockwise(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """Run an elementwise kernel over big arrays one cache-sized block at a time (blocks, never elements)."""
+    """Run an elementwise kernel over big arrays one cache-sized block at a time (blocks, never elements), the
+    lanes taking a share of the blocks each."""
 
     def wrapper(a: np.ndarray, *args: Any) -> np.ndarray:
         if a.size <= _BLOCK:
             return kernel(a, *args)
         flat = a.reshape(-1)
         out = np.empty_like(flat)
-        for i in range(0, flat.size, _BLOCK):
-            out[i : i + _BLOCK] = kernel(flat[i : i + _BLOCK], *args)
+
+        def blocks(start: int, stop: int) -> None:
+            for i in range(start, stop, _BLOCK):
+                out[i : min(stop, i + _BLOCK)] = kernel(flat[i : min(stop, i + _BLOCK)], *args)
+
+        whole = flat.nbytes < cpu_threads.SPLIT_BYTES
+        cpu_threads.parallel(blocks, [(0, flat.size)] if whole else cpu_threads.spans(flat.size, grain=_BLOCK))
         return out.reshape(a.shape)
 
     wrapper.__name__ = kernel.__name__
@@ -264,15 +270,22 @@ def layer_norm(a: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, k: int
     shape = a.shape
     n = math.prod(shape[a.ndim - k :]) or 1
     x = a.reshape(-1, n)  # (rows, normalized elements)
-    out = x - (x @ np.full(n, 1 / n, x.dtype))[:, None]  # row means by one BLAS matrix-vector product
-    var = np.einsum("ij,ij->i", out, out)  # one pass, no squared temporary
-    var *= 1 / n
-    var += eps
-    out /= np.sqrt(var, out=var)[:, None]
-    if w is not None:
-        out *= w.reshape(-1)
-    if b is not None:
-        out += b.reshape(-1)
+    out = np.empty(x.shape, np.result_type(x, np.float32))
+    ones = np.full(n, 1 / n, x.dtype)
+
+    def rows(r0: int, r1: int) -> None:
+        o = out[r0:r1]
+        np.subtract(x[r0:r1], (x[r0:r1] @ ones)[:, None], out=o)  # row means by one BLAS matrix-vector product
+        var = np.einsum("ij,ij->i", o, o)  # one pass, no squared temporary
+        var *= 1 / n
+        var += eps
+        o /= np.sqrt(var, out=var)[:, None]
+        if w is not None:
+            o *= w.reshape(-1)
+        if b is not None:
+            o += b.reshape(-1)
+
+    cpu_threads.parallel(rows, [(0, len(x))] if x.nbytes < cpu_threads.SPLIT_BYTES else cpu_threads.spans(len(x)))
     return out.reshape(shape)
 
 

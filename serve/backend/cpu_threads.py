@@ -112,6 +112,17 @@ _state: dict[str, object] = {"threads": _default_threads(), "lanes": None, "blas
 _setup = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's lane threads: start fresh ones on first use."""
+    global _setup
+    _setup = threading.Lock()
+    _state["lanes"] = None
+    _local.in_lane = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def get_num_threads() -> int:
     """The number of lanes serve splits one CPU operation across (PyTorch's `torch.get_num_threads`)."""
     return int(_state["threads"])  # type: ignore[call-overload]
