@@ -20,11 +20,13 @@ _SPLIT_FLOPS = 1 << 24  # below ~16 MFLOP (~0.2 ms on one core) a second lane ga
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul(a, b), split across the lanes when that pays."""
-    if a.ndim < 2 or b.ndim < 2 or cpu_threads.get_num_threads() == 1 or not cpu_threads.blas_controlled():
+    if a.ndim < 2 or b.ndim < 2 or 2 * a.size * b.shape[-1] < _SPLIT_FLOPS:  # the common small case first
+        return np.matmul(a, b)
+    if cpu_threads.get_num_threads() == 1 or not cpu_threads.blas_controlled():
+        return np.matmul(a, b)
+    if a.dtype.kind not in "fc" or b.dtype.kind not in "fc":
         return np.matmul(a, b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if 2 * a.size * n < _SPLIT_FLOPS or a.dtype.kind not in "fc" or b.dtype.kind not in "fc":
-        return np.matmul(a, b)
     if b.ndim == 2:
         a2 = a.reshape(-1, k)  # every row of every matrix of `a` times the one matrix `b`
         out = np.empty((a2.shape[0], n), np.result_type(a, b))

@@ -222,7 +222,7 @@ def _row_blocks(win: np.ndarray, wm: np.ndarray, y: np.ndarray, rows: int, first
         for r0 in range(first, stop, rows):
             r1 = min(stop, r0 + rows)
             cols = np.ascontiguousarray(win[i, :, :, :, r0:r1]).reshape(groups, k, (r1 - r0) * ow)  # (G, K, rows*OW)
-            y[i, :, r0:r1] = np.matmul(wm, cols).reshape(groups * ocg, r1 - r0, ow)  # (G, OC/G, rows*OW)
+            np.matmul(wm, cols, out=y[i, :, r0:r1].reshape(groups, ocg, (r1 - r0) * ow))  # a view: rows*OW contiguous
 
 
 def _depthwise_flat(xp: np.ndarray, w: np.ndarray, dilation: Pair, out_y: np.ndarray) -> None:

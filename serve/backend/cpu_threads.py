@@ -14,8 +14,8 @@ OMP_NUM_THREADS (then OPENBLAS_NUM_THREADS, then the CPUs this process may use),
 `OMP_NUM_THREADS=2` uses two lanes. Setting one thread runs everything inline. Where serve cannot reach the BLAS
 (numpy built on MKL or Accelerate) products are left to the BLAS's own threads and only the work around them is
 split. Nested calls (a lane calling `parallel`) and calls from a second thread while the lanes are busy run inline,
-so nothing waits on itself. The split never changes a result: each output element is computed by the same
-arithmetic in the same order, whichever lane computes it.
+so nothing waits on itself. A split never changes an elementwise result; a split product may differ in the last
+bit from the whole one (the BLAS blocks it differently), as PyTorch's do across thread counts.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def _memory_fraction(yaml: Mapping[str, Any], where: str) -> float | None:
 
 
 def _threads(yaml: Mapping[str, Any]) -> int | None:
-    """TorchServe's `torchrun: {OMP_NUMBER_THREADS: n}`; None leaves BLAS threads at their defaults."""
+    """TorchServe's `torchrun: {OMP_NUMBER_THREADS: n}`: the worker's CPU lanes; None leaves serve's default."""
     torchrun = yaml.get("torchrun")
     n = torchrun.get("OMP_NUMBER_THREADS") if isinstance(torchrun, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
