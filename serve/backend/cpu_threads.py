@@ -69,39 +69,44 @@ def _openblas_setter() -> Callable[[int], None] | None:
     return None
 
 
+_Task = tuple[Callable[[int, int], object], Span, "queue.SimpleQueue[BaseException | None]"]
+
+
 class _Lanes:
-    """`count - 1` daemon threads, each taking (fn, span) from its own queue; the caller is lane 0."""
+    """`count - 1` daemon threads, each taking (fn, span, done) from its own queue; the caller is lane 0."""
 
     def __init__(self, count: int) -> None:
         self.count = count
         self.busy = threading.Lock()
-        self.done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
-        self.inboxes: list[queue.SimpleQueue[tuple[Callable[[int, int], object], Span]]] = []
+        self.inboxes: list[queue.SimpleQueue[_Task]] = []
         for i in range(count - 1):
-            inbox: queue.SimpleQueue[tuple[Callable[[int, int], object], Span]] = queue.SimpleQueue()
+            inbox: queue.SimpleQueue[_Task] = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name=f"serve-lane-{i + 1}", daemon=True).start()
             self.inboxes.append(inbox)
 
-    def _serve(self, inbox: queue.SimpleQueue[tuple[Callable[[int, int], object], Span]]) -> None:
+    @staticmethod
+    def _serve(inbox: queue.SimpleQueue[_Task]) -> None:
         _local.in_lane = True
         while True:
-            fn, (start, stop) = inbox.get()
+            fn, (start, stop), done = inbox.get()
             try:
                 fn(start, stop)
-                self.done.put(None)
+                done.put(None)
             except BaseException as e:  # handed to the caller, which raises it
-                self.done.put(e)
+                done.put(e)
 
     def run(self, fn: Callable[[int, int], object], parts: Sequence[Span]) -> None:
+        # a queue per call: a caller interrupted while waiting (Ctrl-C) leaves its late answers in its own queue
+        done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         for inbox, span in zip(self.inboxes, parts[1:]):
-            inbox.put((fn, span))
+            inbox.put((fn, span, done))
         error: BaseException | None = None
         try:
             fn(*parts[0])
         except BaseException as e:
             error = e
         for _ in parts[1:]:  # every lane finishes before the caller goes on: they write into its arrays
-            lane_error = self.done.get()
+            lane_error = done.get()
             error = error or lane_error
         if error is not None:
             raise error
