@@ -121,13 +121,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: Pair, pad
     out = _out_hw((x.shape[2] + t + b_, x.shape[3] + l + r), w.shape[2:], stride, dilation)
     y = np.empty((x.shape[0], w.shape[0]) + out, x.dtype)
     bias = None if b is None else _compute(b).reshape(-1, 1, 1)
-    if not cpu_threads.blas_controlled():  # the BLAS runs its own threads: no lanes around its products
-        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
-    elif x.shape[0] > 1:
+    if x.shape[0] == 1 and cpu_threads.blas_controlled():
+        _conv_one_sample(x, w, bias, stride, padding, dilation, groups, y)
+    elif cpu_threads.blas_controlled():
         cpu_threads.parallel(lambda n0, n1: _conv_samples(x[n0:n1], w, bias, stride, padding, dilation, groups,
                                                           y[n0:n1]), cpu_threads.spans(x.shape[0]))  # fmt: skip
-    else:
-        _conv_one_sample(x, w, bias, stride, padding, dilation, groups, y)
+    else:  # the BLAS runs its own threads: no lanes around its products
+        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
     return y.astype(dt, copy=False)
 
 

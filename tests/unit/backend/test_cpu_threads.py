@@ -173,6 +173,7 @@ CONVS = [  # (x shape, w shape, stride, padding, groups, bias)
     ((1, 8, 20, 20), (32, 8, 1, 1), 2, 0, 1, True),  # one sample 1x1: output channels
     ((1, 8, 20, 20), (8, 2, 1, 1), 1, 0, 4, True),  # grouped 1x1, one sample: inline
     ((1, 8, 20, 20), (8, 1, 3, 3), 1, 1, 8, True),  # depthwise, one sample: inline
+    ((1, 8, 20, 20), (16, 4, 3, 3), 2, 1, 2, True),  # grouped 3x3, one sample: rows
     ((5, 8, 20, 20), (16, 8, 3, 3), 2, 1, 1, False),  # samples
     ((3, 8, 20, 20), (16, 4, 3, 3), 1, 1, 2, True),  # grouped, samples
     ((3, 8, 20, 20), (16, 1, 3, 3), 1, 1, 8, False),  # depthwise multiplier 2, samples
@@ -216,3 +217,15 @@ def test_elementwise_kernels_on_lanes_equal_numpy(shape: tuple[int, ...]) -> Non
         pooled, _ = cpu_conv.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), False)
         plain, _ = cpu_conv.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), True)
         np.testing.assert_array_equal(pooled, plain)
+
+
+@pytest.mark.usefixtures("lanes")
+@pytest.mark.parametrize("count", [1, 2])
+def test_empty_batches_keep_their_shapes(count: int) -> None:
+    serve.set_num_threads(count)
+    x = np.zeros((0, 4, 8, 8), np.float32)
+    for k, size in ((1, 8), (3, 6)):
+        y = cpu_conv.conv2d(x, np.ones((5, 4, k, k), np.float32), np.ones(5, np.float32), (1, 1), (0,) * 4, (1, 1), 1)
+        assert y.shape == (0, 5, size, size) and y.dtype == np.float32
+    assert cpu_nn.batch_norm_eval(x, np.zeros(4), np.ones(4), None, None, 1e-5).shape == x.shape
+    assert cpu_conv.max_pool2d(x, (2, 2), (2, 2), (0, 0), (1, 1), (4, 4), False)[0].shape == (0, 4, 4, 4)
