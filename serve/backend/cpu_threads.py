@@ -78,17 +78,35 @@ class _Lanes:
     def __init__(self, count: int) -> None:
         self.count = count
         self.busy = threading.Lock()
-        self.inboxes: list[queue.SimpleQueue[_Task]] = []
+        self.closed = self.stopped = False
+        self.inboxes: list[queue.SimpleQueue[_Task | None]] = []
         for i in range(count - 1):
-            inbox: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+            inbox: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name=f"serve-lane-{i + 1}", daemon=True).start()
             self.inboxes.append(inbox)
 
+    def close(self) -> None:
+        """Let the threads exit once they have finished what is queued: now if no call holds the lanes, else when
+        that call lets go of them (see `parallel`), so no task is ever queued behind the stop."""
+        self.closed = True
+        if self.busy.acquire(blocking=False):
+            try:
+                self.stop()
+            finally:
+                self.busy.release()
+
+    def stop(self) -> None:
+        """Queue the stop for every thread, once; called with `busy` held."""
+        if not self.stopped:
+            self.stopped = True
+            for inbox in self.inboxes:
+                inbox.put(None)
+
     @staticmethod
-    def _serve(inbox: queue.SimpleQueue[_Task]) -> None:
+    def _serve(inbox: queue.SimpleQueue[_Task | None]) -> None:
         _local.in_lane = True
-        while True:
-            fn, (start, stop), done = inbox.get()
+        while (task := inbox.get()) is not None:
+            fn, (start, stop), done = task
             try:
                 fn(start, stop)
                 done.put(None)
@@ -138,8 +156,12 @@ def set_num_threads(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"set_num_threads: expected a positive integer, got {n!r}")
     with _setup:
+        if n == _state["threads"]:
+            return
         _state["threads"] = n
-        _state["lanes"] = None  # the old lanes' threads stay parked on their empty queues
+        old, _state["lanes"] = _state["lanes"], None
+    if isinstance(old, _Lanes):
+        old.close()
 
 
 def hold_blas() -> bool:
@@ -191,7 +213,13 @@ def parallel(fn: Callable[[int, int], object], parts: Sequence[Span]) -> None:
         return
     _local.in_lane = True
     try:
-        lanes.run(fn, parts)
+        if lanes.closed:  # set_num_threads replaced them after this call picked them up
+            for span in parts:
+                fn(*span)
+        else:
+            lanes.run(fn, parts)
     finally:
         _local.in_lane = False
+        if lanes.closed:
+            lanes.stop()
         lanes.busy.release()

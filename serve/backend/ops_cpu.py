@@ -14,7 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from serve.backend import cpu_blas
+from serve.backend import cpu_blas, cpu_threads
 
 # PyTorch computes 1/0, log(-1) and overflow silently (inf, nan); numpy warns. Silence numpy's floating-point
 # RuntimeWarnings raised from serve's own modules only: an np.errstate block per op would cost more than the op.
@@ -285,10 +285,24 @@ def softmax(a: np.ndarray, axis: int) -> np.ndarray:
         return a.copy()
     if a.dtype.num in _HALF_NUMS:
         return softmax(a.astype(np.float32), axis).astype(a.dtype)
-    out = np.subtract(a, _shift(a, axis))
-    np.exp(out, out=out)
-    out /= _row_sum(out, axis)
-    return out
+    shift = _shift(a, axis)
+    if a.nbytes < cpu_threads.SPLIT_BYTES or axis % a.ndim != a.ndim - 1 or a.ndim < 2:
+        out = np.subtract(a, shift)
+        np.exp(out, out=out)
+        out /= _row_sum(out, axis)
+        return out
+    # the lanes take rows of the last axis; the shift is chosen once for all, so the result is the same
+    rows, cols = a.reshape(-1, a.shape[-1]), np.empty(a.shape, np.result_type(a, shift)).reshape(-1, a.shape[-1])
+    shifts = shift.reshape(-1, 1) if np.ndim(shift) else np.broadcast_to(shift, (len(rows), 1))
+
+    def part(r0: int, r1: int) -> None:
+        o = cols[r0:r1]
+        np.subtract(rows[r0:r1], shifts[r0:r1], out=o)
+        np.exp(o, out=o)
+        o /= _row_sum(o, -1)
+
+    cpu_threads.parallel(part, cpu_threads.spans(len(rows)))
+    return cols.reshape(a.shape)
 
 
 # exp(x - max) is exact enough and cannot overflow or underflow a whole row when every value lies within this
@@ -426,7 +440,7 @@ def topk(a: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, n
 
 
 # ---- the nn primitives, one file per family (each lists its names in __all__) -------------------------
-from serve.backend import cpu_memory, cpu_threads  # noqa: E402
+from serve.backend import cpu_memory  # noqa: E402
 from serve.backend.cpu_conv import *  # noqa: E402, F403
 from serve.backend.cpu_nn import *  # noqa: E402, F403
 

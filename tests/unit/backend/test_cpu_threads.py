@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import serve
-from serve.backend import cpu_blas, cpu_conv, cpu_nn, cpu_threads
+from serve.backend import cpu_blas, cpu_conv, cpu_nn, cpu_threads, ops_cpu
 
 
 @pytest.fixture
@@ -229,3 +230,33 @@ def test_empty_batches_keep_their_shapes(count: int) -> None:
         assert y.shape == (0, 5, size, size) and y.dtype == np.float32
     assert cpu_nn.batch_norm_eval(x, np.zeros(4), np.ones(4), None, None, 1e-5).shape == x.shape
     assert cpu_conv.max_pool2d(x, (2, 2), (2, 2), (0, 0), (1, 1), (4, 4), False)[0].shape == (0, 4, 4, 4)
+
+
+@pytest.mark.usefixtures("lanes")
+@pytest.mark.parametrize("scale", [1.0, 100.0])  # one global shift; a spread too wide for it: row maxima
+def test_softmax_on_lanes_equals_the_whole_computation(scale: float) -> None:
+    serve.set_num_threads(2)
+    a = (np.random.default_rng(3).standard_normal((4, 6, 64, 128)) * scale).astype(np.float32)
+    shift = ops_cpu._shift(a, -1)
+    want = np.exp(a - shift)
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_array_equal(ops_cpu.softmax(a, -1), want)
+    np.testing.assert_array_equal(ops_cpu.softmax(a, 3), want)
+    e = np.exp(a.astype(np.float64) - a.max(1, keepdims=True))  # another axis: unsplit
+    np.testing.assert_allclose(ops_cpu.softmax(a, 1), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-30)
+
+
+@pytest.mark.usefixtures("lanes")
+def test_changing_the_thread_count_stops_the_old_lanes() -> None:
+    out = np.zeros(12)
+    for count in (3, 2, 4, 2, 3, 2, 4, 3, 2) * 3:
+        serve.set_num_threads(count)
+        cpu_threads.parallel(partial(_fill, out, count), cpu_threads.spans(12))
+        assert (out == count).all()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lanes = [t for t in threading.enumerate() if t.name.startswith("serve-lane-")]
+        if len(lanes) == 1:  # only the current lanes' one helper thread is left
+            break
+        time.sleep(0.05)
+    assert len(lanes) == 1, [t.name for t in lanes]
