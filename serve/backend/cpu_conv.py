@@ -121,13 +121,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: Pair, pad
     out = _out_hw((x.shape[2] + t + b_, x.shape[3] + l + r), w.shape[2:], stride, dilation)
     y = np.empty((x.shape[0], w.shape[0]) + out, x.dtype)
     bias = None if b is None else _compute(b).reshape(-1, 1, 1)
-    if x.shape[0] == 1 and cpu_threads.blas_controlled():
+    if not cpu_threads.blas_controlled():  # the BLAS runs its own threads: no lanes around its products
+        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
+    elif x.shape[0] == 1:
         _conv_one_sample(x, w, bias, stride, padding, dilation, groups, y)
-    elif cpu_threads.blas_controlled():
+    else:
         cpu_threads.parallel(lambda n0, n1: _conv_samples(x[n0:n1], w, bias, stride, padding, dilation, groups,
                                                           y[n0:n1]), cpu_threads.spans(x.shape[0]))  # fmt: skip
-    else:  # the BLAS runs its own threads: no lanes around its products
-        _conv_samples(x, w, bias, stride, padding, dilation, groups, y)
     return y.astype(dt, copy=False)
 
 
@@ -169,7 +169,7 @@ def _conv_one_sample(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, stri
         return
     win = _windows(xp, kernel, stride, dilation, (oh, ow))
     wm = w.reshape(groups, oc // groups, -1)
-    rows = max(1, _ROWS_BYTES // (win.shape[1] * kernel[0] * kernel[1] * ow * xp.itemsize))
+    rows = max(1, _ROWS_BYTES // _row_bytes(xp, kernel, ow))
 
     def row_span(r0: int, r1: int) -> None:
         _row_blocks(win, wm, y, rows, r0, r1)
@@ -192,13 +192,13 @@ def _pointwise(x: np.ndarray, w: np.ndarray, groups: int, y: np.ndarray) -> None
 
 
 def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, groups: int, y: np.ndarray) -> None:
-    n, c = xp.shape[:2]
+    n = xp.shape[0]
     oc, cg, kh, kw = w.shape
     out = y.shape[2:]
     k, l = cg * kh * kw, out[0] * out[1]
     win = _windows(xp, (kh, kw), stride, dilation, out)
     wm = w.reshape(groups, oc // groups, k)
-    row_bytes = c * kh * kw * out[1] * xp.itemsize  # the columns of one output row of one sample
+    row_bytes = _row_bytes(xp, (kh, kw), out[1])
     if row_bytes * out[0] > _ROWS_BYTES:
         _row_blocks(win, wm, y, max(1, _ROWS_BYTES // row_bytes), 0, out[0])
         return
@@ -210,6 +210,11 @@ def _im2col_conv(xp: np.ndarray, w: np.ndarray, stride: Pair, dilation: Pair, gr
         else:
             stacked = np.ascontiguousarray(win[n0:n1]).reshape(m, groups, k, l)  # (m, G, C/G*kh*kw, L)
             np.matmul(wm, stacked, out=y[n0:n1].reshape(m, groups, oc // groups, l))  # (m, G, OC/G, L)
+
+
+def _row_bytes(xp: np.ndarray, kernel: Pair, ow: int) -> int:
+    """The size of the im2col columns of one output row of one sample."""
+    return xp.shape[1] * kernel[0] * kernel[1] * ow * xp.itemsize
 
 
 def _row_blocks(win: np.ndarray, wm: np.ndarray, y: np.ndarray, rows: int, first: int, stop: int) -> None:
@@ -360,7 +365,7 @@ def _separable_max(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pair, dil
     def part(p0: int, p1: int) -> None:
         y[p0:p1] = _separable_max_planes(planes[p0:p1], kernel, stride, padding, dilation, out)
 
-    cpu_threads.parallel(part, cpu_threads.spans(n * c) if x.nbytes >= cpu_threads.SPLIT_BYTES else [(0, n * c)])
+    cpu_threads.parallel(part, cpu_threads.memory_spans(n * c, x.nbytes))
     return y.reshape(n, c, *out)
 
 

@@ -55,8 +55,7 @@ def _blockwise(kernel: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
             for i in range(start, stop, _BLOCK):
                 out[i : min(stop, i + _BLOCK)] = kernel(flat[i : min(stop, i + _BLOCK)], *args)
 
-        whole = flat.nbytes < cpu_threads.SPLIT_BYTES
-        cpu_threads.parallel(blocks, [(0, flat.size)] if whole else cpu_threads.spans(flat.size, grain=_BLOCK))
+        cpu_threads.parallel(blocks, cpu_threads.memory_spans(flat.size, flat.nbytes, grain=_BLOCK))
         return out.reshape(a.shape)
 
     wrapper.__name__ = kernel.__name__
@@ -285,7 +284,7 @@ def layer_norm(a: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, k: int
         if b is not None:
             o += b.reshape(-1)
 
-    cpu_threads.parallel(rows, [(0, len(x))] if x.nbytes < cpu_threads.SPLIT_BYTES else cpu_threads.spans(len(x)))
+    cpu_threads.parallel(rows, cpu_threads.memory_spans(len(x), x.nbytes))
     return out.reshape(shape)
 
 

@@ -28,7 +28,8 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 
-__all__ = ["SPLIT_BYTES", "blas_controlled", "get_num_threads", "hold_blas", "parallel", "set_num_threads", "spans"]
+__all__ = ["SPLIT_BYTES", "blas_controlled", "get_num_threads", "hold_blas", "memory_spans", "parallel",
+           "set_num_threads", "spans"]  # fmt: skip
 
 Span = tuple[int, int]
 SPLIT_BYTES = 1 << 20  # elementwise work on less than this gains less from a second lane than the ~70 us hand-off
@@ -197,6 +198,12 @@ def spans(n: int, parts: int | None = None, grain: int = 1) -> list[Span]:
     count = max(1, min(parts or get_num_threads(), units))
     bounds = [min(n, (units * i // count) * grain) for i in range(count + 1)]
     return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def memory_spans(n: int, nbytes: int, grain: int = 1) -> list[Span]:
+    """`spans(n, grain=grain)` for work that passes over `nbytes` of memory; one span when that is too little to
+    pay for a hand-off (SPLIT_BYTES)."""
+    return [(0, n)] if nbytes < SPLIT_BYTES else spans(n, grain=grain)
 
 
 def parallel(fn: Callable[[int, int], object], parts: Sequence[Span]) -> None:

@@ -286,23 +286,23 @@ def softmax(a: np.ndarray, axis: int) -> np.ndarray:
     if a.dtype.num in _HALF_NUMS:
         return softmax(a.astype(np.float32), axis).astype(a.dtype)
     shift = _shift(a, axis)
+    out = np.empty(a.shape, np.result_type(a, shift))
     if a.nbytes < cpu_threads.SPLIT_BYTES or axis % a.ndim != a.ndim - 1 or a.ndim < 2:
-        out = np.subtract(a, shift)
-        np.exp(out, out=out)
-        out /= _row_sum(out, axis)
+        _exp_normalize(a, shift, out, axis)
         return out
     # the lanes take rows of the last axis; the shift is chosen once for all, so the result is the same
-    rows, cols = a.reshape(-1, a.shape[-1]), np.empty(a.shape, np.result_type(a, shift)).reshape(-1, a.shape[-1])
+    rows, cols = a.reshape(-1, a.shape[-1]), out.reshape(-1, a.shape[-1])
     shifts = shift.reshape(-1, 1) if np.ndim(shift) else np.broadcast_to(shift, (len(rows), 1))
+    cpu_threads.parallel(lambda r0, r1: _exp_normalize(rows[r0:r1], shifts[r0:r1], cols[r0:r1], -1),
+                         cpu_threads.spans(len(rows)))  # fmt: skip
+    return out
 
-    def part(r0: int, r1: int) -> None:
-        o = cols[r0:r1]
-        np.subtract(rows[r0:r1], shifts[r0:r1], out=o)
-        np.exp(o, out=o)
-        o /= _row_sum(o, -1)
 
-    cpu_threads.parallel(part, cpu_threads.spans(len(rows)))
-    return cols.reshape(a.shape)
+def _exp_normalize(a: np.ndarray, shift: Any, out: np.ndarray, axis: int) -> None:
+    """softmax's passes into `out`: exp(a - shift), divided by its sums along `axis`."""
+    np.subtract(a, shift, out=out)
+    np.exp(out, out=out)
+    out /= _row_sum(out, axis)
 
 
 # exp(x - max) is exact enough and cannot overflow or underflow a whole row when every value lies within this
