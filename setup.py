@@ -1,0 +1,42 @@
+"""Builds serve's native CPU kernels (serve/backend/native/serve_kernels.c) twice: an AVX-512 and an AVX2 shared
+library, loaded with ctypes by serve/backend/cpu_native.py, which picks the one the CPU runs at run time. A
+compiler failure never fails the install: serve then runs its numpy kernels."""
+
+import platform
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+SOURCE = "serve/backend/native/serve_kernels.c"
+COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
+ISAS = {
+    "_sk_avx512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"],
+    "_sk_avx2": ["-mavx2", "-mfma", "-DSK_ISA=256"],
+}
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that warns instead of failing when a kernel library cannot be compiled."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all
+            print(f"warning: serve native kernels not built ({exc}); the numpy kernels will be used", file=sys.stderr)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"warning: {ext.name} not built ({exc}); the numpy kernels will be used", file=sys.stderr)
+
+
+extensions = [
+    Extension(f"serve.backend.native.{name}", [SOURCE], extra_compile_args=COMMON + flags, extra_link_args=["-s"])
+    for name, flags in ISAS.items()
+]
+if sys.platform == "win32" or platform.machine().lower() not in ("x86_64", "amd64"):
+    extensions = []  # the kernels are x86-64 intrinsics built with GCC/Clang flags
+
+setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})
