@@ -5,6 +5,7 @@ with serve.no_grad(): out = model(x)
 """
 
 import builtins as _builtins
+import typing as _typing
 
 from serve import autograd
 from serve import tensor as _tensor_pkg  # binds Tensor's methods first
@@ -217,3 +218,12 @@ def numel(input: Tensor) -> _builtins.int:
 
 from serve import backends, cuda, nn
 from serve.serialization import load, save
+
+
+def compile(model: nn.Module, example_inputs: _typing.Any = None, **options: _typing.Any) -> _typing.Any:
+    """PyTorch's name for serve's inference plan: `serve.inference.optimize(model, example_inputs, **options)`.
+    Like torch.compile, it returns the model's callable at once and plans at the first call (or now, with
+    example inputs). Options: tune (time each layer's kernels, default True), check (compare with eager)."""
+    from serve.inference import optimize
+
+    return optimize(model, example_inputs, **options)

@@ -1,0 +1,95 @@
+"""Capture: which leaf module fed which, seen by running the forward once on example inputs.
+
+The plan rewrites at module granularity (a Conv2d with the BatchNorm2d and the activation after it become one
+fused layer), so what the passes need is the dataflow between leaf modules, not a full graph of every primitive:
+serve's no_grad fast paths call the backend directly, and code between modules (a residual `out += identity`,
+a reshape) stays the module's own Python, run as written. A forward hook on every leaf records, in execution
+order, each call's module, its first input tensor and its output tensor, with the storage version of each (so an
+in-place write between two modules, such as ResNet's `out += identity` before the last ReLU, breaks the edge).
+
+An edge "B consumed A's output" is kept only when it held at every call of both modules: a module called from
+two places (ResNet's one `self.relu`) fuses at no call site unless every one of them qualifies. What capture
+cannot see (another use of A's output by code between modules) is caught by the plan's check against eager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from serve.nn.module import Module
+from serve.tensor import versions
+from serve.tensor.tensor import Tensor
+
+__all__ = ["Call", "Trace", "trace"]
+
+
+@dataclass
+class Call:
+    """One call of a leaf module."""
+
+    module: Module
+    name: str  # its qualified name in the model ("layer1.0.conv1")
+    input: Tensor | None  # the first positional argument, when a tensor
+    input_version: int
+    output: Tensor | None
+    output_version: int
+    extra_inputs: int  # positional tensors beyond the first, and keyword tensors
+
+
+@dataclass
+class Trace:
+    calls: list[Call] = field(default_factory=list)
+
+    def calls_of(self, module: Module) -> list[Call]:
+        return [c for c in self.calls if c.module is module]
+
+    def producer_of(self, call: Call) -> Call | None:
+        """The call whose output `call` consumed unchanged (same tensor object, same storage version), if any."""
+        if call.input is None:
+            return None
+        for earlier in reversed(self.calls[: self.calls.index(call)]):
+            if earlier.output is call.input:
+                return earlier if earlier.output_version == call.input_version else None
+        return None
+
+    def consumers_of(self, call: Call) -> list[Call]:
+        """Leaf calls that took `call`'s output as their first input before anything wrote to it in place (a
+        consumer after an in-place write, such as the next layer after an in-place ReLU, took the new value)."""
+        if call.output is None:
+            return []
+        later = self.calls[self.calls.index(call) + 1 :]
+        return [c for c in later if c.input is call.output and c.input_version == call.output_version]
+
+
+def _leaves(model: Module) -> list[tuple[str, Module]]:
+    return [(name, m) for name, m in model.named_modules() if not any(True for _ in m.children())]
+
+
+def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, Any]:
+    """Run `model(*args, **kwargs)` once with a hook on every leaf; the trace and the model's output."""
+    result = Trace()
+    pending: list[Call] = []  # leaf calls do not nest: the pre-hook opens a call, the hook closes it
+    handles = []
+
+    def before(mod: Module, inputs: tuple, name: str) -> None:
+        first = inputs[0] if inputs and isinstance(inputs[0], Tensor) else None
+        extra = sum(isinstance(a, Tensor) for a in inputs[1:])
+        version = versions.version(first._data) if first is not None else 0
+        pending.append(Call(mod, name, first, version, None, 0, extra))
+
+    def after(mod: Module, inputs: tuple, output: Any) -> None:
+        call = pending.pop()
+        if isinstance(output, Tensor):
+            call.output, call.output_version = output, versions.version(output._data)
+        result.calls.append(call)
+
+    for name, module in _leaves(model):
+        handles.append(module.register_forward_pre_hook(lambda mod, inputs, name=name: before(mod, inputs, name)))
+        handles.append(module.register_forward_hook(after))
+    try:
+        output = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return result, output

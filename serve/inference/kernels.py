@@ -1,0 +1,143 @@
+"""The kernels a planned layer chooses among, each `run(layer, x) -> np.ndarray` with the layer's epilogue applied.
+
+Convolutions:
+- `im2col`: the eager backend's convolution (im2col + one BLAS product per block, NCHW), then bias in place; the
+  activation runs as the eager module. Always available: the reference the others are checked against.
+- `gemm_nhwc`: a 1x1 stride-1 unpadded convolution as one BLAS product over channels-last pixels.
+- `native_nhwc` / `native_depthwise`: serve's C kernels (serve.backend.cpu_native) on channels-last input, bias,
+  activation and all in the product's epilogue, no im2col copy; split across the lanes by output pixels.
+
+Linear layers:
+- `blas`: the weight transposed once to (in, out), one BLAS product, bias in place, the activation module.
+- `native`: the C GEMM on the packed weight with bias and activation in its epilogue, split by rows.
+
+A channels-last result is returned as its NCHW-shaped view (PyTorch's channels_last memory format), so code
+between layers sees the usual shapes and the next planned convolution reads it without a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from serve.backend import cpu_threads
+from serve.inference.epilogue import add_bias_
+
+if TYPE_CHECKING:
+    from serve.inference.planned import PlannedConv2d, PlannedLinear
+
+__all__ = ["CONV_KERNELS", "LINEAR_KERNELS", "native"]
+
+Kernel = Callable[[Any, np.ndarray], np.ndarray]
+
+
+def native() -> Any:
+    """serve.backend.cpu_native when its compiled kernels load on this CPU, else None."""
+    try:
+        from serve.backend import cpu_native
+    except ImportError:
+        return None
+    return cpu_native if cpu_native.available() else None
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """x (N, C, H, W) as a C-contiguous (N, H, W, C) array: free when x already is a channels-last view."""
+    t = x.transpose(0, 2, 3, 1)
+    return t if t.flags.c_contiguous else np.ascontiguousarray(t)
+
+
+def _pixel_spans(pixels: int, flops_per_pixel: int) -> list[tuple[int, int]]:
+    if pixels * flops_per_pixel < (1 << 22):  # under ~4 MFLOP one lane is quicker than the hand-off
+        return [(0, pixels)]
+    return cpu_threads.spans(pixels, grain=12)
+
+
+# ---- convolution -------------------------------------------------------------------------------------------
+def conv_im2col(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
+    from serve.backend import ops_cpu
+
+    y = ops_cpu.conv2d(x, layer.weight, None, layer.stride, layer.padding, layer.dilation, layer.groups)
+    add_bias_(y, layer.bias, 1)
+    return y
+
+
+def conv_gemm_nhwc(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
+    from serve.backend import cpu_blas
+
+    xl = channels_last(x)
+    n, h, w, c = xl.shape
+    y = cpu_blas.matmul(xl.reshape(-1, c), layer.weight_kn())  # (N*H*W, OC)
+    add_bias_(y, layer.bias, 1)
+    return y.reshape(n, h, w, -1).transpose(0, 3, 1, 2)
+
+
+def conv_native(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
+    nat = native()
+    xl = channels_last(x)
+    n = xl.shape[0]
+    oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
+    out = np.empty((n, oh, ow, layer.out_channels), np.float32)
+    packed = layer.packed()
+    per_pixel = 2 * layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
+
+    def part(p0: int, p1: int) -> None:
+        nat.conv2d_nhwc(xl, packed, layer.kernel, layer.stride, layer.padding, layer.dilation, bias=layer.bias,
+                        act=layer.act or "none", out=out, pixels=(p0, p1))  # fmt: skip
+
+    cpu_threads.parallel(part, _pixel_spans(n * oh * ow, per_pixel))
+    return out.transpose(0, 3, 1, 2)
+
+
+def conv_native_depthwise(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
+    nat = native()
+    xl = channels_last(x)
+    n = xl.shape[0]
+    oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
+    out = np.empty((n, oh, ow, layer.out_channels), np.float32)
+    per_pixel = 2 * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
+
+    def part(p0: int, p1: int) -> None:
+        nat.depthwise_nhwc(xl, layer.weight, layer.kernel, layer.stride, layer.padding, layer.dilation,
+                           bias=layer.bias, act=layer.act or "none", out=out, pixels=(p0, p1))  # fmt: skip
+
+    cpu_threads.parallel(part, _pixel_spans(n * oh * ow, per_pixel * 8))
+    return out.transpose(0, 3, 1, 2)
+
+
+# name -> (kernel, whether it applies the activation itself, whether it can run this layer)
+CONV_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedConv2d], bool]]] = {
+    "im2col": (conv_im2col, False, lambda layer: True),
+    "gemm_nhwc": (conv_gemm_nhwc, False, lambda layer: layer.is_pointwise()),
+    "native_nhwc": (conv_native, True, lambda layer: native() is not None and layer.groups == 1),
+    "native_depthwise": (conv_native_depthwise, True, lambda layer: native() is not None and layer.is_depthwise()),
+}
+
+
+# ---- linear ------------------------------------------------------------------------------------------------
+def linear_blas(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
+    from serve.backend import cpu_blas
+
+    y = cpu_blas.matmul(x2, layer.weight_kn())
+    add_bias_(y, layer.bias, 1)
+    return y
+
+
+def linear_native(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
+    nat = native()
+    m = x2.shape[0]
+    out = np.empty((m, layer.out_features), np.float32)
+    packed = layer.packed()
+
+    def part(r0: int, r1: int) -> None:
+        nat.gemm(x2, packed, bias=layer.bias, act=layer.act or "none", out=out, rows=(r0, r1))
+
+    cpu_threads.parallel(part, _pixel_spans(m, 2 * layer.in_features * layer.out_features))
+    return out
+
+
+LINEAR_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedLinear], bool]]] = {
+    "blas": (linear_blas, False, lambda layer: True),
+    "native": (linear_native, True, lambda layer: native() is not None),
+}

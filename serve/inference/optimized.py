@@ -1,0 +1,204 @@
+"""`optimize(model, example_inputs)`: the inference plan made at load, checked against eager before it is used.
+
+Decisions, and why:
+- Shape-polymorphic plan, kernels chosen per shape lazily. Folding and fusing do not depend on shapes, so one
+  rewritten module tree serves every batch size; each planned layer times its kernels the first time it sees an
+  input shape (and layout) and keeps the fastest for that shape. `warm(*inputs)` does it ahead of traffic (the
+  worker warms each batch size its batcher can produce); a shape first seen in traffic pays for its timing once.
+- Never wrong for being optimized: the first plan is checked against the original module on its example inputs
+  (every output tensor within 1e-4 of eager, relative to its largest magnitude), and each `warm` shape is checked
+  too. A mismatch, or an error while capturing or checking, logs why and the model runs eagerly from then on
+  (`optimized` False, `reason` says why). Each kernel of a planned layer is also checked against the reference
+  kernel on the layer's real input when it is timed.
+- The plan runs under no_grad (serving always does). With grad enabled, calls go to the original module, so a
+  training step or a gradient through the model still works.
+- The original module is left as it was: the plan is a copy of its tree that shares all unchanged tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from serve.inference import capture, kernels, passes
+from serve.inference.planned import RTOL, _Fused
+from serve.nn.module import Module
+from serve.tensor.grad_mode import is_grad_enabled, no_grad
+from serve.tensor.tensor import Tensor
+
+__all__ = ["OptimizedModule", "optimize"]
+
+log = logging.getLogger(__name__)
+
+
+def _arrays(out: Any) -> list[np.ndarray]:
+    """Every tensor of a (nested) output, as numpy arrays, in a fixed order."""
+    if isinstance(out, Tensor):
+        return [np.asarray(out._ops.to_numpy(out._data))]
+    if isinstance(out, dict):
+        return [a for k in out for a in _arrays(out[k])]
+    if isinstance(out, (tuple, list)):
+        return [a for v in out for a in _arrays(v)]
+    return []
+
+
+def mismatch(got: Any, want: Any, rtol: float = RTOL) -> str | None:
+    """Why `got` is not `want` within rtol (relative to each tensor's largest magnitude), or None."""
+    a, b = _arrays(got), _arrays(want)
+    if len(a) != len(b):
+        return f"the plan returned {len(a)} tensors, eager {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.shape != y.shape:
+            return f"output {i}: shape {x.shape} vs eager {y.shape}"
+        if y.dtype.kind not in "fc":
+            if not np.array_equal(x, y):
+                return f"output {i}: values differ from eager"
+            continue
+        if y.size == 0:
+            continue
+        err = float(np.max(np.abs(x.astype(np.float64) - y)))
+        scale = float(np.max(np.abs(y)))
+        if not np.isfinite(err) and not np.array_equal(x, y, equal_nan=True):
+            return f"output {i}: non-finite values differ from eager"
+        if err > rtol * scale + 1e-6:
+            return f"output {i}: max error {err:.3g} vs eager (largest magnitude {scale:.3g}, tolerance {rtol:g})"
+    return None
+
+
+class OptimizedModule:
+    """The plan in front of a module: same call signature, same results (within 1e-4), eager when refused."""
+
+    def __init__(self, model: Module, *, tune: bool = True, check: bool = True) -> None:
+        self.original = model
+        self.optimized = False
+        self.reason: str | None = "not planned yet: the plan is made at the first call or warm()"
+        self._tune, self._check = tune, check
+        self._plan: Module | None = None
+        self._refused = False
+        self._rewrite: passes.Rewrite | None = None
+        self._warmed: list[list[int]] = []
+        self._plan_s = 0.0
+        self._lock = threading.RLock()
+
+    # -- calling ----------------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._refused or is_grad_enabled():
+            return self.original(*args, **kwargs)
+        if self._plan is None:
+            with self._lock:
+                if self._plan is None and not self._refused:
+                    return self._make_plan(args, kwargs)
+            if self._refused:
+                return self.original(*args, **kwargs)
+        try:
+            return self._plan(*args, **kwargs)  # type: ignore[misc]
+        except Exception as e:  # the plan must never fail a call that eager would answer
+            self._refuse(f"the plan failed on a call ({type(e).__name__}: {e})")
+            return self.original(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # everything else is the original module's
+        if name == "original":
+            raise AttributeError(name)
+        return getattr(self.original, name)
+
+    # -- planning ---------------------------------------------------------------------------------------------
+    def warm(self, *args: Any, **kwargs: Any) -> None:
+        """Plan (first time), choose kernels and check against eager for these inputs now."""
+        with no_grad(), self._lock:
+            if self._refused:
+                return
+            if self._plan is None:
+                self._make_plan(args, kwargs)
+            elif self._check:
+                self._verify(args, kwargs)
+            if not self._refused:
+                self._warmed.append(_shapes(args, kwargs))
+
+    def _make_plan(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            trace, eager_out = capture.trace(self.original, args, kwargs)
+            self._rewrite = passes.plan_rewrites(trace, self.original)
+            del trace
+            plan = passes.rewrite_tree(self.original, self._rewrite)
+            for layer in self._rewrite.fused.values():
+                layer.tune = self._tune
+            out = plan(*args, **kwargs)
+        except Exception as e:
+            self._refuse(f"capture failed ({type(e).__name__}: {e})")
+            return self.original(*args, **kwargs)
+        why = mismatch(out, eager_out) if self._check else None
+        if why is not None:
+            self._refuse(f"the plan's output differs from eager on the example input: {why}")
+            return eager_out
+        self._plan, self.optimized, self.reason = plan, True, None
+        self._plan_s = time.perf_counter() - start
+        log.info("inference plan: %s in %.2f s", self._rewrite.counts, self._plan_s)
+        return out
+
+    def _verify(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        want = self.original(*args, **kwargs)
+        try:
+            got = self._plan(*args, **kwargs)  # type: ignore[misc]
+        except Exception as e:
+            self._refuse(f"the plan failed on a warm-up input ({type(e).__name__}: {e})")
+            return
+        why = mismatch(got, want)
+        if why is not None:
+            self._refuse(f"the plan's output differs from eager for inputs {_shapes(args, kwargs)}: {why}")
+
+    def _refuse(self, reason: str) -> None:
+        log.warning("inference plan not used, serving eagerly: %s", reason)
+        self._refused, self.optimized, self.reason, self._plan = True, False, reason, None
+
+    # -- reporting --------------------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Module | None:
+        """The rewritten module tree (None unless optimized)."""
+        return self._plan
+
+    def layers(self) -> list[_Fused]:
+        return [] if self._rewrite is None else list(self._rewrite.fused.values())
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-safe: whether it runs optimized, why not, what the passes did and which kernels were chosen."""
+        chosen: dict[str, int] = {}
+        for layer in self.layers():
+            for name in layer.choices.values():
+                chosen[name] = chosen.get(name, 0) + 1
+        nat = kernels.native()
+        return {
+            "optimized": self.optimized,
+            "reason": self.reason,
+            "passes": {} if self._rewrite is None else dict(self._rewrite.counts),
+            "layers": len(self.layers()),
+            "kernels": chosen,
+            "native": None if nat is None else nat.isa(),
+            "warmed": list(self._warmed),
+            "plan_seconds": round(self._plan_s, 3),
+        }
+
+
+def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
+    return [list(a.shape) for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+
+
+def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tune: bool = True,
+             check: bool = True) -> OptimizedModule:  # fmt: skip
+    """Make `model`'s inference plan (see the module docstring). `example_inputs` (a tensor or a tuple of the
+    forward's positional arguments) plans, tunes and checks now; without it, the first call does."""
+    if not isinstance(model, Module):
+        raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
+    if model.training:
+        raise ValueError("optimize() folds batch norm with its running statistics: call model.eval() first")
+    opt = OptimizedModule(model, tune=tune, check=check)
+    if example_inputs is not None:
+        opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
+    return opt

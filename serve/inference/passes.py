@@ -1,0 +1,123 @@
+"""Passes over a captured trace: which modules fuse into which, and the rewritten copy of the module tree.
+
+- fold: a BatchNorm (eval, running statistics) whose every call took a Conv2d's or Linear's output unchanged, and
+  that output went nowhere else, is folded into that layer's weight and bias;
+- fuse: an activation the kernels can apply (serve.inference.epilogue) that took the (folded) layer's output the
+  same way is fused into the layer's epilogue.
+The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
+change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear and the
+folded modules by `Skip`s.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from serve import nn
+from serve.inference.capture import Call, Trace
+from serve.inference.epilogue import activation_name
+from serve.inference.planned import PlannedConv2d, PlannedLinear, Skip, _Fused
+from serve.nn.module import Module
+
+__all__ = ["Rewrite", "plan_rewrites", "rewrite_tree"]
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+@dataclass
+class Rewrite:
+    """What the passes decided: the fused layers by the producer's name, the modules that became Skips."""
+
+    fused: dict[str, _Fused] = field(default_factory=dict)
+    skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
+    counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0})
+
+
+def _only_follower(trace: Trace, call: Call) -> Call | None:
+    """The single leaf call that consumed `call`'s output unchanged, when nothing else (leaf) consumed it."""
+    consumers = trace.consumers_of(call)
+    if len(consumers) != 1 or trace.producer_of(consumers[0]) is not call or consumers[0].extra_inputs:
+        return None
+    return consumers[0]
+
+
+def _common_follower(trace: Trace, calls: list[Call]) -> Module | None:
+    """The module that followed every one of `calls` (each call's only consumer), or None."""
+    followers = [_only_follower(trace, c) for c in calls]
+    if not followers or any(f is None for f in followers):
+        return None
+    modules = {id(f.module): f.module for f in followers if f is not None}
+    return next(iter(modules.values())) if len(modules) == 1 else None
+
+
+def _foldable_bn(module: Module | None, producer: Module) -> bool:
+    if not isinstance(module, _BATCH_NORMS) or module.training or module.running_mean is None:
+        return False
+    channels = producer.out_channels if isinstance(producer, nn.Conv2d) else producer.out_features
+    return module.running_mean.numel() == channels
+
+
+def _plannable(module: Module) -> bool:
+    if type(module) is nn.Conv2d:
+        return module.padding_mode == "zeros" and module.weight._dtype.name == "float32"
+    return type(module) is nn.Linear and module.weight._dtype.name == "float32"
+
+
+def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
+    rw = Rewrite()
+    for name, module in model.named_modules():
+        if not _plannable(module):
+            continue
+        calls = trace.calls_of(module)
+        if not calls:
+            continue  # never ran on the example: left as it is
+        tail_calls, bn, act = calls, None, None
+        follower = _common_follower(trace, calls)
+        if follower is not None and _foldable_bn(follower, module):
+            bn, tail_calls = follower, trace.calls_of(follower)
+            follower = _common_follower(trace, tail_calls) if len(tail_calls) == len(calls) else None
+        if follower is not None and activation_name(follower) is not None:
+            act = follower
+        planned: _Fused
+        if isinstance(module, nn.Conv2d):
+            planned = PlannedConv2d(module, bn, act)
+        else:
+            assert isinstance(module, nn.Linear)  # _plannable admits only these two
+            planned = PlannedLinear(module, bn, act)
+        rw.fused[name] = planned
+        rw.counts["conv" if isinstance(module, nn.Conv2d) else "linear"] += 1
+        for folded, key in ((bn, "bn_folded"), (act, "act_fused")):
+            if folded is not None:
+                rw.skipped.setdefault(id(folded), (folded, []))[1].append(planned)
+                rw.counts[key] += 1
+    return rw
+
+
+def rewrite_tree(model: Module, rw: Rewrite) -> Module:
+    """A copy of the module tree with the rewrites applied; tensors are shared, not copied."""
+    by_id = {id(m): name for name, m in model.named_modules()}
+    memo: dict[int, Module] = {}
+
+    def clone(module: Module) -> Module:
+        if id(module) in memo:
+            return memo[id(module)]
+        name = by_id.get(id(module))
+        if name in rw.fused:
+            new: Module = rw.fused[name]
+        elif id(module) in rw.skipped:
+            original, producers = rw.skipped[id(module)]
+            new = Skip(original, producers)
+        else:
+            new = copy.copy(module)
+            d = new.__dict__
+            for registry in ("_parameters", "_buffers"):
+                d[registry] = dict(d[registry])
+            d["_modules"] = {}
+            memo[id(module)] = new
+            for child_name, child in module._modules.items():
+                d["_modules"][child_name] = None if child is None else clone(child)
+        memo[id(module)] = new
+        return new
+
+    return clone(model)

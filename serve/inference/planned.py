@@ -1,0 +1,260 @@
+"""The layers of a plan: a convolution or linear layer with its batch norm folded in and its activation fused,
+the kernel for each input shape chosen by timing, and `Skip`, which stands where the folded modules were.
+
+`PlannedConv2d`/`PlannedLinear` time every kernel that can run them (serve.inference.kernels) the first time they
+see an input shape and layout, check each against the reference kernel (numpy, eager's own code) and keep the
+fastest that agrees: per-layer algorithm choice as `cudnn.benchmark` makes it, on the shapes the model really
+sees. A fused layer remembers (per thread) the tensor it returned last; the `Skip` standing for its batch norm or
+activation passes that very tensor through unchanged, and runs the original module on anything else, so a
+module shared between call sites (ResNet's one `relu`) is skipped only where it was fused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, ClassVar
+
+import numpy as np
+
+import serve
+from serve import nn
+from serve.inference import kernels
+from serve.inference.epilogue import apply_activation, wrap
+from serve.nn import functional as F
+from serve.nn.module import Module
+from serve.tensor import dtypes, versions
+from serve.tensor.grad_mode import is_grad_enabled
+from serve.tensor.tensor import Tensor
+
+__all__ = ["PlannedConv2d", "PlannedLinear", "Skip", "fold_batch_norm"]
+
+log = logging.getLogger(__name__)
+RTOL = 1e-4  # a kernel is kept only when it agrees with the reference this closely (relative to the output's max)
+_TIME_REPS = 2
+
+
+def fold_batch_norm(weight: np.ndarray, bias: np.ndarray | None, bn: Module) -> tuple[np.ndarray, np.ndarray]:
+    """The weight and bias of `layer` followed by the eval-mode batch norm `bn`, in one layer (float64 math)."""
+    var = bn.running_var._data.astype(np.float64)
+    scale = 1.0 / np.sqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight._data.astype(np.float64)
+    shift = -bn.running_mean._data.astype(np.float64) * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias._data.astype(np.float64)
+    if bias is not None:
+        shift = shift + bias.astype(np.float64) * scale
+    w = weight.astype(np.float64) * scale.reshape((-1,) + (1,) * (weight.ndim - 1))
+    return w.astype(weight.dtype), shift.astype(weight.dtype)
+
+
+def agrees(got: np.ndarray, ref: np.ndarray, rtol: float = RTOL) -> bool:
+    if got.shape != ref.shape:
+        return False
+    if ref.size == 0:
+        return True
+    scale = float(np.max(np.abs(ref)))
+    return bool(np.max(np.abs(got.astype(np.float64) - ref)) <= rtol * scale + 1e-6)
+
+
+class _Fused(Module):
+    """A product layer with a folded batch norm and a fused activation, its kernel chosen per input layout."""
+
+    KERNELS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, act_module: Module | None) -> None:
+        super().__init__()
+        self.weight, self.bias = np.ascontiguousarray(weight), bias
+        self.act_module = act_module  # registered as a child, so the plan's repr shows it
+        self.act = None if act_module is None else kernels_act(act_module)
+        self.tune = True  # time the kernels at a new shape (else take the first that applies)
+        self.choices: dict[tuple, str] = {}
+        self.timings: dict[tuple, dict[str, float]] = {}
+        self._weight_kn: np.ndarray | None = None
+        self._packed: Any = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- what Skip asks -------------------------------------------------------------------------------------
+    def _mark(self, y: Tensor) -> None:
+        self._local.last = (weakref.ref(y), versions.version(y._data))
+
+    def produced(self, t: Any) -> bool:
+        """True when `t` is, unchanged, the tensor this layer returned last on this thread."""
+        last = getattr(self._local, "last", None)
+        return last is not None and last[0]() is t and versions.version(t._data) == last[1]
+
+    # -- packed weights, made once -------------------------------------------------------------------------
+    def weight_kn(self) -> np.ndarray:
+        if self._weight_kn is None:
+            self._weight_kn = np.ascontiguousarray(self.weight.reshape(self.weight.shape[0], -1).T)
+        return self._weight_kn
+
+    # -- running ---------------------------------------------------------------------------------------------
+    def _plannable(self, x: Any) -> bool:
+        return (isinstance(x, Tensor) and x._dtype is dtypes.float32 and x._device.type == "cpu"
+                and not (is_grad_enabled() and x._requires_grad))  # fmt: skip
+
+    def _run(self, x: Tensor, data: np.ndarray) -> Tensor:
+        key = (data.shape, data.strides)
+        name = self.choices.get(key)
+        if name is None:
+            with self._lock:
+                name = self.choices.get(key) or self._choose(key, x, data)
+        fn, fused, _ = self.KERNELS[name]
+        y = wrap(fn(self, data), x)
+        if not fused:
+            y = apply_activation(y, self.act_module)
+        return y
+
+    def _candidates(self) -> list[str]:
+        return [name for name, (_, _, applies) in self.KERNELS.items() if applies(self)]
+
+    def _choose(self, key: tuple, x: Tensor, data: np.ndarray) -> str:
+        names = self._candidates()
+        if not self.tune:
+            self.choices[key] = names[-1]
+            return names[-1]
+        ref: np.ndarray | None = None
+        times: dict[str, float] = {}
+        for name in names:  # the reference kernel comes first
+            fn, fused, _ = self.KERNELS[name]
+            try:
+                out = wrap(fn(self, data), x)
+                out = out if fused else apply_activation(out, self.act_module)
+                got = np.asarray(out._data)
+            except Exception as e:  # a kernel that fails here is not chosen; the reference always runs
+                log.warning("kernel %s failed on %s: %s", name, data.shape, e)
+                continue
+            if ref is None:
+                ref = got.astype(np.float64)
+            elif not agrees(got, ref):
+                log.warning("kernel %s disagrees with the reference on %s; not used", name, data.shape)
+                continue
+            best = float("inf")
+            for _ in range(_TIME_REPS):
+                start = time.perf_counter()
+                out = wrap(fn(self, data), x)
+                if not fused:
+                    apply_activation(out, self.act_module)
+                best = min(best, time.perf_counter() - start)
+            times[name] = best
+        choice = min(times, key=times.__getitem__) if times else names[0]
+        self.choices[key], self.timings[key] = choice, times
+        return choice
+
+
+def kernels_act(module: Module) -> str | None:
+    from serve.inference.epilogue import activation_name
+
+    return activation_name(module)
+
+
+class PlannedConv2d(_Fused):
+    """Conv2d (+ BatchNorm2d folded) (+ activation fused), zero padding."""
+
+    KERNELS = kernels.CONV_KERNELS
+
+    def __init__(self, conv: nn.Conv2d, bn: Module | None, act_module: Module | None) -> None:
+        w = conv.weight._data
+        b = None if conv.bias is None else conv.bias._data
+        if bn is not None:
+            w, b = fold_batch_norm(w, b, bn)
+        super().__init__(w, None if b is None else np.ascontiguousarray(b), act_module)
+        pads = F.conv._conv_padding(conv.padding, conv.weight, tuple(conv.stride), tuple(conv.dilation), 2)
+        self.padding = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])  # (top, bottom, left, right)
+        self.stride, self.dilation = tuple(conv.stride), tuple(conv.dilation)
+        self.kernel = tuple(conv.kernel_size)
+        self.groups: int = conv.groups
+        self.out_channels: int = conv.out_channels
+        self.folded = bn is not None
+        self._w_t = serve.from_numpy(self.weight)
+        self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
+
+    def is_pointwise(self) -> bool:
+        return (self.groups == 1 and self.kernel == (1, 1) and self.stride == (1, 1)
+                and self.padding == (0, 0, 0, 0))  # fmt: skip
+
+    def is_depthwise(self) -> bool:
+        w = self.weight
+        return self.groups > 1 and self.groups == self.out_channels == w.shape[0] and w.shape[1] == 1
+
+    def out_size(self, h: int, w: int) -> tuple[int, int]:
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
+        t, b, l, r = self.padding
+        return (h + t + b - dh * (kh - 1) - 1) // sh + 1, (w + l + r - dw * (kw - 1) - 1) // sw + 1
+
+    def packed(self) -> Any:
+        if self._packed is None:
+            nat = kernels.native()
+            self._packed = nat.pack_conv_weight(self.weight) if self.groups == 1 else None
+        return self._packed
+
+    def forward(self, x: Any) -> Tensor:
+        if not (self._plannable(x) and x.ndim == 4 and x.shape[1] == self.weight.shape[1] * self.groups):
+            t, b, l, r = self.padding
+            y = F.conv2d(x, self._w_t, self._b_t, self.stride, 0, self.dilation, self.groups) if (t, b, l, r) == (
+                0, 0, 0, 0) else F.conv2d(F.pad(x, (l, r, t, b)), self._w_t, self._b_t, self.stride, 0, self.dilation,
+                                          self.groups)  # fmt: skip
+            return apply_activation(y, self.act_module)
+        y = self._run(x, x._data)
+        self._mark(y)
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"{self.weight.shape[1] * self.groups}, {self.out_channels}, kernel_size={self.kernel}, "
+                f"stride={self.stride}, groups={self.groups}, bn_folded={self.folded}, act={self.act}")  # fmt: skip
+
+
+class PlannedLinear(_Fused):
+    """Linear (+ BatchNorm1d folded) (+ activation fused) on (..., in_features)."""
+
+    KERNELS = kernels.LINEAR_KERNELS
+
+    def __init__(self, linear: nn.Linear, bn: Module | None, act_module: Module | None) -> None:
+        w = linear.weight._data
+        b = None if linear.bias is None else linear.bias._data
+        if bn is not None:
+            w, b = fold_batch_norm(w, b, bn)
+        super().__init__(w, None if b is None else np.ascontiguousarray(b), act_module)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.folded = bn is not None
+        self._w_t = serve.from_numpy(self.weight)
+        self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
+
+    def packed(self) -> Any:
+        if self._packed is None:
+            self._packed = kernels.native().pack_weight(self.weight_kn())
+        return self._packed
+
+    def forward(self, x: Any) -> Tensor:
+        if not (self._plannable(x) and x.ndim >= 1 and x.shape[-1] == self.in_features and x.numel() > 0):
+            return apply_activation(F.linear(x, self._w_t, self._b_t), self.act_module)
+        data = x._data
+        x2 = data.reshape(-1, self.in_features)
+        if not x2.flags.c_contiguous:
+            x2 = np.ascontiguousarray(x2)
+        y = self._run(x, x2)
+        y = wrap(y._data.reshape(data.shape[:-1] + (self.out_features,)), x) if data.ndim != 2 else y
+        self._mark(y)
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bn_folded={self.folded}, act={self.act}"
+
+
+class Skip(Module):
+    """Where a folded batch norm or a fused activation was: the producer's own output passes through."""
+
+    def __init__(self, original: Module, producers: list[_Fused]) -> None:
+        super().__init__()
+        self.original = original
+        object.__setattr__(self, "_producers", producers)  # not children: they sit elsewhere in the tree
+
+    def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and any(p.produced(x) for p in self._producers):
+            return x
+        return self.original(x, *args, **kwargs)
