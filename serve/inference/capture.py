@@ -24,7 +24,7 @@ from serve.tensor.tensor import Tensor
 __all__ = ["Call", "Trace", "trace"]
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: its fields hold tensors
 class Call:
     """One call of a leaf module."""
 
@@ -35,6 +35,7 @@ class Call:
     output: Tensor | None
     output_version: int
     extra_inputs: int  # positional tensors beyond the first, and keyword tensors
+    index: int = -1  # its place in the trace
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Trace:
         """The call whose output `call` consumed unchanged (same tensor object, same storage version), if any."""
         if call.input is None:
             return None
-        for earlier in reversed(self.calls[: self.calls.index(call)]):
+        for earlier in reversed(self.calls[: call.index]):
             if earlier.output is call.input:
                 return earlier if earlier.output_version == call.input_version else None
         return None
@@ -58,7 +59,7 @@ class Trace:
         consumer after an in-place write, such as the next layer after an in-place ReLU, took the new value)."""
         if call.output is None:
             return []
-        later = self.calls[self.calls.index(call) + 1 :]
+        later = self.calls[call.index + 1 :]
         return [c for c in later if c.input is call.output and c.input_version == call.output_version]
 
 
@@ -80,6 +81,7 @@ def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, An
 
     def after(mod: Module, inputs: tuple, output: Any) -> None:
         call = pending.pop()
+        call.index = len(result.calls)
         if isinstance(output, Tensor):
             call.output, call.output_version = output, versions.version(output._data)
         result.calls.append(call)

@@ -97,8 +97,9 @@ class OptimizedModule:
         try:
             return self._plan(*args, **kwargs)  # type: ignore[misc]
         except Exception as e:  # the plan must never fail a call that eager would answer
-            self._refuse(f"the plan failed on a call ({type(e).__name__}: {e})")
-            return self.original(*args, **kwargs)
+            out = self.original(*args, **kwargs)  # a bad input raises here too, and fails only its own call
+            self._refuse(f"the plan failed on a call eager answered ({type(e).__name__}: {e})")
+            return out
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs)
