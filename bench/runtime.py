@@ -1,186 +1,205 @@
-"""Model latency of serve vs PyTorch eager on the same weights and inputs, both on 2 threads, in one process.
+"""Model latency of serve (eager and optimized), PyTorch eager and ONNX Runtime on the same weights and inputs.
 
-    .venv/bin/python bench/runtime.py                    # prints a markdown table
+    .venv/bin/python bench/runtime.py                    # prints the markdown tables
+    .venv/bin/python bench/runtime.py --load             # also times each library with one core taken by a busy loop
     .venv/bin/python bench/runtime.py --write            # also replaces the runtime table in bench/RESULTS.md
     .venv/bin/python bench/runtime.py --profile "ResNet-18 b8"   # cProfile of serve on one case
-    .venv/bin/python bench/runtime.py --case "ResNet-18 b8"      # time only that case
+    .venv/bin/python bench/runtime.py --case "ResNet-18 b8"      # time only that case (repeatable)
 
-serve runs under serve.no_grad() on its CPU lanes (serve.set_num_threads; numpy's OpenBLAS one thread in each),
-PyTorch under torch.inference_mode() on its intra-op pool (torch.set_num_threads). Each case is warmed up,
-then timed in 5 rounds of a serve block and a torch block (so both see the same machine load): `--runs` calls
-per library, fewer where that would pass `--seconds`; the figure is the median call in milliseconds. The ratio
-is serve / torch: below 1 means serve is faster. The torch models are the test suite's twins (tests/unit/zoo),
-with the same weights.
+Each library runs in its own process (thread pools that spin steal each other's cores), all on 2 threads: serve
+under no_grad on its CPU lanes (serve.set_num_threads), serve's inference plan (serve.inference.optimize), PyTorch
+under inference_mode (torch.set_num_threads), ONNX Runtime with intra_op_num_threads=2 and inter_op 1. The parent
+builds each case's torch twin with a fixed seed and writes its weights, inputs and ONNX export to a temporary
+folder (bench/runtime_cases.py); the workers (bench/runtime_worker.py, started as `runtime.py --worker LIB`) load
+those, warm up, and then time blocks of calls when told to, in rounds that alternate the libraries. A library's
+figure is the median over rounds of its blocks' median call in milliseconds. A column is "n/a" when its library
+is missing (onnxruntime: the `bench` extra; serve.inference) or cannot run the case. GFLOP/s divide the model's
+FLOPs (2 * MACs of convolutions, linear layers and attention products, counted on serve's model) by the time,
+against the fp32 GEMM peak measured in the same run: numpy's one-threaded OpenBLAS on each of serve's 2 lanes,
+and torch.mm on 2 threads (2048^3 products, best of 3).
 """
 
 from __future__ import annotations
 
 import os
 
-# the BLAS pools are sized when numpy loads, so the thread count is fixed before any import of numpy
+# the BLAS and OpenMP pools are sized when they load: the thread count is fixed before any import of numpy
 THREADS = 2
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
 
 import argparse  # noqa: E402
-import cProfile  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
 import platform  # noqa: E402
-import pstats  # noqa: E402
-import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Iterator  # noqa: E402
-from functools import partial  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+import runtime_cases as rc  # noqa: E402
+import runtime_report as report  # noqa: E402
+import runtime_worker as rw  # noqa: E402
 
-import serve  # noqa: E402
-from serve.zoo import MLP, all_minilm_l6_v2, resnet18  # noqa: E402
-
-try:
-    import torch
-except ImportError:
-    sys.exit("bench/runtime.py compares against PyTorch: install the test extra (pip install -e '.[test]')")
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the torch twins live with the tests, so that there is one copy of each
-from tests.unit.zoo import twins_text, twins_vision  # noqa: E402
-from tests.unit.zoo.parity import copy_weights, randomize_norms  # noqa: E402
-
-RESULTS = ROOT / "bench" / "RESULTS.md"
+SCRIPT = Path(__file__).resolve()
+RESULTS = rc.ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- runtime:begin -->", "<!-- runtime:end -->"
-_PARK_S = 0.2  # seconds for an idle BLAS/OpenMP pool to stop spinning
-Case = tuple[str, Callable[[], Any], Callable[[], Any], str]  # name, serve call, torch call, target
 
 
-def _mlp_cases(rng: np.random.Generator) -> Iterator[Case]:
-    torch.manual_seed(0)
-    theirs = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
-    ours = MLP(64, (128,), 10).eval()
-    copy_weights(theirs, ours)
-    for batch, target in ((1, "<= 1.0"), (64, "")):
-        x = rng.standard_normal((batch, 64), dtype=np.float32)
-        xs, xt = serve.from_numpy(x), torch.from_numpy(x.copy())
-        yield f"MLP 64-128-10 b{batch}", partial(ours, xs), partial(theirs, xt), target
+class Worker:
+    """One library's process for one case (or a GEMM peak): started, read until ready, told to time blocks."""
+
+    def __init__(self, lib: str, case: rc.Case | None, folder: Path | None, warmup: int, log: Path) -> None:
+        argv = [sys.executable, str(SCRIPT), "--worker", lib, "--warmup", str(warmup)]
+        if case is not None:
+            argv += ["--case", case.name, "--cache", str(folder)]
+        self.log = log
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         cwd=rc.ROOT)  # fmt: skip
+        self.info = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        lines = self.log.read_text(errors="replace").strip().splitlines() or ["no output"]
+        return {"ready": False, "na": f"worker failed: {lines[-1][:200]}"}
+
+    def block(self, calls: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{calls}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def _resnet_cases(rng: np.random.Generator) -> Iterator[Case]:
-    torch.manual_seed(0)
-    theirs = twins_vision.resnet18().eval()
-    randomize_norms(theirs)
-    ours = resnet18().eval()
-    copy_weights(theirs, ours)
-    for batch, target in ((1, ""), (8, "<= 1.5")):
-        x = rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)
-        xs, xt = serve.from_numpy(x), torch.from_numpy(x.copy())
-        yield f"ResNet-18 b{batch}", partial(ours, xs), partial(theirs, xt), target
+@contextlib.contextmanager
+def one_core_taken() -> Iterator[None]:
+    """A busy-looping process pinned to the last CPU this process may use, for the duration."""
+    spinner = subprocess.Popen([sys.executable, str(SCRIPT), "--worker", "spin"], cwd=rc.ROOT)
+    try:
+        with contextlib.suppress(AttributeError, OSError):  # pinning is Linux-only; unpinned it still takes a core
+            os.sched_setaffinity(spinner.pid, {max(os.sched_getaffinity(0))})
+        time.sleep(0.3)
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
-def _minilm_cases(rng: np.random.Generator) -> Iterator[Case]:
-    ours = all_minilm_l6_v2()[0].auto_model
-    theirs = twins_text.minilm()
-    for batch, target in ((1, ""), (8, "<= 1.5")):
-        ids = rng.integers(1000, 30000, (batch, 128))
-        mask = np.ones((batch, 128), dtype=np.int64)
-        s_call = partial(ours, serve.from_numpy(ids), serve.from_numpy(mask))
-        t_call = partial(theirs, torch.from_numpy(ids), torch.from_numpy(mask))
-        yield f"MiniLM-L6 encoder b{batch} seq128", s_call, t_call, target
+def gemm_peaks(log: Path) -> dict[str, float | None]:
+    peaks: dict[str, float | None] = {}
+    for lib in ("gemm-numpy", "gemm-torch"):
+        w = Worker(lib, None, None, 0, log)
+        peaks[lib] = w.info.get("gflops")
+        w.close()
+    return peaks
 
 
-def cases() -> list[Case]:
-    rng = np.random.default_rng(0)
-    return [*_mlp_cases(rng), *_resnet_cases(rng), *_minilm_cases(rng)]
+def measure(case: rc.Case, folder: Path, args: argparse.Namespace, log: Path) -> dict[str, dict[str, Any]]:
+    """{lib: {"info": the worker's ready message, "idle": [ms per round], "load": [ms per round]}}."""
+    # started one after the other: an inference plan that times kernels at load must not compete with a start
+    workers = {lib: Worker(lib, case, folder, args.warmup, log) for lib in rw.LIBS}
+    out: dict[str, dict[str, Any]] = {lib: {"info": w.info, "idle": [], "load": []} for lib, w in workers.items()}
+    live = [lib for lib, w in workers.items() if w.info.get("ready")]
+    try:
+        share = args.seconds / args.rounds / max(1, len(live)) / (2 if args.load else 1)
+        calls = {lib: max(1, min(args.runs, int(share * 1e3 / workers[lib].info["ms"]))) for lib in live}
+        for r in range(args.rounds):
+            order = live[r % len(live) :] + live[: r % len(live)] if live else []
+            for lib in order:
+                out[lib]["idle"].append(workers[lib].block(calls[lib])["ms"])
+            if args.load:
+                with one_core_taken():
+                    for lib in order:
+                        out[lib]["load"].append(workers[lib].block(calls[lib])["ms"])
+    finally:
+        for w in workers.values():
+            w.close()
+    return out
 
 
-def _block(fn: Callable[[], Any], calls: int) -> list[float]:
-    """Milliseconds of `calls` calls, after a pause and an untimed call.
-
-    The other library's thread pool spins for a while after its last call and steals the 2 cores from this
-    one's (alternating call by call makes a 30 µs MLP take 4 ms in both), so each block starts after it parks.
-    """
-    time.sleep(_PARK_S)
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
-def measure(case: Case, runs: int, seconds: float, warmup: int, rounds: int = 5) -> tuple[float, float]:
-    """Median milliseconds per call of serve and of torch, timed in alternating blocks of calls."""
-    _, ours, theirs, _ = case
-    for _ in range(warmup):
-        ours(), theirs()
-    start = time.perf_counter()
-    ours(), theirs()
-    per_pair = time.perf_counter() - start
-    calls = max(1, min(runs // rounds, int(seconds / rounds / per_pair)))
-    s_times: list[float] = []
-    t_times: list[float] = []
-    for _ in range(rounds):
-        s_times += _block(ours, calls)
-        t_times += _block(theirs, calls)
-    return statistics.median(s_times), statistics.median(t_times)
-
-
-def table(rows: list[tuple[str, float, float, str]], command: str, load: float) -> str:
-    lines = [
-        f"`{command}` on {datetime.date.today().isoformat()}: median milliseconds per forward call "
-        f"(serve {serve.__version__} under no_grad on numpy {np.__version__}; torch {torch.__version__} under "
-        f"inference_mode; {THREADS} threads each; Python {platform.python_version()}; "
-        f"{os.cpu_count()} CPUs, 1-minute load average {load:.1f} at the start).",
-        "",
-        "| model | serve ms | torch ms | serve / torch | target |",
-        "|---|---:|---:|---:|---|",
-    ]
-    lines += [f"| {name} | {s:.3f} | {t:.3f} | {s / t:.2f} | {target} |" for name, s, t, target in rows]
-    return "\n".join(lines)
-
-
-def profile(case: Case, calls: int) -> None:
-    """cProfile of serve's calls on one case, top functions by own time."""
-    case[1]()
-    prof = cProfile.Profile()
-    with serve.no_grad():
-        prof.runcall(lambda: [case[1]() for _ in range(calls)])
-    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+def worker_main(args: argparse.Namespace) -> None:
+    if args.worker == "spin":
+        return rw.spin()
+    if args.worker.startswith("gemm"):
+        return rw.gemm(args.worker, THREADS)
+    case = rc.find(args.case[0] if args.case else "")
+    with contextlib.ExitStack() as stack:
+        cache = Path(args.cache) if args.cache else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        folder = rc.prepare(case, cache)
+        if args.profile:
+            return rw.profile(case, folder, THREADS, args.runs)
+        rw.run(args.worker, case, folder, THREADS, args.warmup)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=50, help="timed calls per case and library, at most")
-    parser.add_argument("--seconds", type=float, default=10.0, help="time budget per case (>= 1 call a round)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls per case and library")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of one block per library (median over them)")
+    parser.add_argument("--runs", type=int, default=50, help="timed calls per block, at most")
+    parser.add_argument("--seconds", type=float, default=20.0, help="timed seconds per case, about (>= 1 call)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls at each worker's start")
+    parser.add_argument("--load", action="store_true", help="also time every block with one core busy-looping")
     parser.add_argument("--write", action="store_true", help="replace the runtime table in bench/RESULTS.md")
-    parser.add_argument("--profile", metavar="CASE", help="profile serve on the case of this name instead")
+    parser.add_argument("--profile", metavar="CASE", help="profile serve's eager calls on the case of this name")
     parser.add_argument("--case", action="append", help="time only the case of this name (repeatable)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # a child process: LIB (runtime_worker.py)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)  # the parent's folder of prepared cases
     args = parser.parse_args()
-    torch.set_num_threads(THREADS)
-    serve.set_num_threads(THREADS)
-    all_cases = [c for c in cases() if not args.case or c[0] in args.case]
+    if args.worker:
+        return worker_main(args)
     if args.profile:
-        chosen = [c for c in all_cases if c[0] == args.profile]
-        if not chosen:
-            sys.exit(f"no case {args.profile!r}; cases: {', '.join(c[0] for c in all_cases)}")
-        return profile(chosen[0], max(3, args.runs // 5))
+        rc.find(args.profile)
+        sys.exit(subprocess.call([sys.executable, str(SCRIPT), "--worker", "serve", "--profile", args.profile,
+                                  "--case", args.profile, "--runs", str(max(3, args.runs // 5))]))  # fmt: skip
+    if importlib.util.find_spec("torch") is None:
+        sys.exit("bench/runtime.py builds its cases from torch twins: pip install -e '.[test,bench]'")
+    chosen = [rc.find(name) for name in args.case] if args.case else rc.CASES
     load = os.getloadavg()[0]
     rows = []
-    with serve.no_grad(), torch.inference_mode():
-        for case in all_cases:
-            rows.append((case[0], *measure(case, args.runs, args.seconds, args.warmup), case[3]))
+    with tempfile.TemporaryDirectory(prefix="serve-runtime-bench-") as tmp:
+        log = Path(tmp) / "workers.log"
+        peaks = gemm_peaks(log)
+        for case in chosen:
+            folder = rc.prepare(case, Path(tmp))
+            rows.append((case, measure(case, folder, args, log)))
+            print(f"# {case.name}: " + report.summary(rows[-1][1]), file=sys.stderr, flush=True)
     command = "python bench/runtime.py " + " ".join(sys.argv[1:])
-    text = table(rows, command.strip(), load)
+    meta = {"command": command.strip(), "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
+            "threads": THREADS, "python": platform.python_version(), "numpy": np.__version__,
+            "cpus": os.cpu_count(), "load": load, "rounds": args.rounds}  # fmt: skip
+    text = report.tables(rows, peaks, meta, args.load)
     print(text)
     if args.write:
         old = RESULTS.read_text() if RESULTS.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
         head, _, rest = old.partition(BEGIN)
         _, _, tail = rest.partition(END)
         RESULTS.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

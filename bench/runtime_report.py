@@ -1,0 +1,135 @@
+"""The markdown tables of bench/runtime.py, from its measurements: latency and ratios, GFLOP/s against the measured
+GEMM peak, and (with --load) how each library's time rises with one of its two cores taken."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from runtime_cases import MISSING, Case
+from runtime_worker import LIBS
+
+NAMES = {"serve": "serve eager", "serve-opt": "serve optimized", "torch": "PyTorch eager", "ort": "ONNX Runtime"}
+Result = dict[str, dict[str, Any]]  # lib -> {"info": ready message, "idle": [ms per round], "load": [ms per round]}
+
+
+def ms(result: Result, lib: str, key: str = "idle") -> float | None:
+    """The median over rounds, or None where the library did not run."""
+    times = result.get(lib, {}).get(key) or []
+    return statistics.median(times) if times else None
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None else f"{a / b:.2f}"
+
+
+def summary(result: Result) -> str:
+    return ", ".join(f"{lib} {fmt_ms(ms(result, lib))}" for lib in LIBS)
+
+
+def _flops(result: Result) -> int | None:
+    return result.get("serve", {}).get("info", {}).get("flops")
+
+
+def _version(rows: list[tuple[Case, Result]], lib: str) -> str:
+    for _, result in rows:
+        version = result.get(lib, {}).get("info", {}).get("version")
+        if version:
+            return version
+    return "not available"
+
+
+def _notes(rows: list[tuple[Case, Result]]) -> list[str]:
+    why_cases: dict[tuple[str, str], list[str]] = {}
+    for case, result in rows:
+        for lib in LIBS:
+            info = result.get(lib, {}).get("info", {})
+            why = info.get("na") or ""
+            if info.get("optimized") is False:
+                why = f"runs unoptimized: {info.get('reason')}"
+            if why:
+                why_cases.setdefault((lib, why), []).append(case.name)
+    notes = []
+    for (lib, why), names in why_cases.items():
+        where = "all cases" if len(names) == len(rows) > 1 else ", ".join(names)
+        notes.append(f"- {NAMES[lib]} ({where}): {why}")
+    errors = []
+    for lib in LIBS:
+        errs = [r[lib]["info"]["err"] for _, r in rows if "err" in r.get(lib, {}).get("info", {})]
+        if errs:
+            errors.append(f"{NAMES[lib]} {max(errs):.1e}")
+    if errors:
+        notes.append("- Largest output difference from the torch twin's, relative to its largest |value|, over the "
+                     "cases: " + ", ".join(errors) + ".")  # fmt: skip
+    notes.append(f"- Not benchmarked: {' and '.join(MISSING)} (serve's zoo has neither).")
+    return notes
+
+
+def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta: dict[str, Any], load: bool) -> str:
+    peak_np, peak_t = peaks.get("gemm-numpy"), peaks.get("gemm-torch")
+    peak = max([p for p in (peak_np, peak_t) if p] or [0.0])
+    lines = [
+        f"`{meta['command']}` on {meta['date']}, {meta['cpu']} ({meta['cpus']} CPUs, 1-minute load average "
+        f"{meta['load']:.1f} at the start; Python {meta['python']}, numpy {meta['numpy']}): median over "
+        f"{meta['rounds']} rounds of each library's median call, milliseconds per forward call. Each library in its "
+        f"own process on {meta['threads']} threads: serve {_version(rows, 'serve')} eager under no_grad, serve "
+        f"optimized (serve.inference.optimize), PyTorch {_version(rows, 'torch')} eager under inference_mode, ONNX "
+        f"Runtime {_version(rows, 'ort')} (CPU provider, intra-op {meta['threads']}, inter-op 1). fp32 GEMM peak "
+        f"(2048^3): numpy/OpenBLAS 1 thread x {meta['threads']} serve lanes {_gflops(peak_np)} GFLOP/s, torch.mm on "
+        f"{meta['threads']} threads {_gflops(peak_t)} GFLOP/s.",
+        "",
+        "| model | serve eager ms | serve optimized ms | PyTorch ms | ORT ms | optimized / torch | optimized / ORT "
+        "| eager / torch | target (serve / torch) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for case, r in rows:
+        e, o, t, x = (ms(r, lib) for lib in LIBS)
+        cells = [fmt_ms(v) for v in (e, o, t, x)] + [ratio(o, t), ratio(o, x), ratio(e, t), case.target]
+        lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
+    lines += ["", f"GFLOP/s reached (in brackets: % of the higher GEMM peak, {_gflops(peak)} GFLOP/s):", "",
+              "| model | GFLOP per call | serve eager | serve optimized | PyTorch | ORT |",
+              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for case, r in rows:
+        flops = _flops(r)
+        cells = [_rate(flops, ms(r, lib), peak) for lib in LIBS]
+        gflop = "n/a" if flops is None else f"{flops / 1e9:.3g}"
+        lines.append(f"| {case.name} | {gflop} | " + " | ".join(cells) + " |")
+    if load:
+        lines += ["", "With one of the two cores taken by a busy-looping process (pinned to it), in the same rounds: "
+                  "ms idle -> ms loaded (rise).", "",
+                  "| model | serve eager | serve optimized | PyTorch | ORT "
+                  "| serve rise / torch rise (optimized, else eager) |",
+                  "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for case, r in rows:
+            rises = {lib: _rise(ms(r, lib), ms(r, lib, "load")) for lib in LIBS}
+            cells = [_loaded(ms(r, lib), ms(r, lib, "load")) for lib in LIBS]
+            best = rises["serve-opt"] if rises["serve-opt"] is not None else rises["serve"]
+            lines.append(f"| {case.name} | " + " | ".join(cells) + f" | {ratio(best, rises['torch'])} |")
+    lines += ["", *_notes(rows)]
+    return "\n".join(lines)
+
+
+def _gflops(value: float | None) -> str:
+    return "n/a" if not value else f"{value:.1f}"
+
+
+def _rate(flops: int | None, millis: float | None, peak: float) -> str:
+    if flops is None or millis is None:
+        return "n/a"
+    rate = flops / millis / 1e6
+    return f"{rate:.1f} ({100 * rate / peak:.0f}%)" if peak else f"{rate:.1f}"
+
+
+def _rise(idle: float | None, loaded: float | None) -> float | None:
+    return None if idle is None or loaded is None else loaded / idle
+
+
+def _loaded(idle: float | None, loaded: float | None) -> str:
+    rise = _rise(idle, loaded)
+    return "n/a" if rise is None else f"{fmt_ms(idle)} -> {fmt_ms(loaded)} ({rise:.2f}x)"

@@ -1,0 +1,191 @@
+"""The worker side of bench/runtime.py: one library timing one case in its own process.
+
+`python bench/runtime.py --worker LIB --case NAME --cache DIR` loads the case's files (see runtime_cases), builds
+the callable, warms it up and prints one JSON line: {"ready": true, "ms": a warm call's time, "err": its max
+difference from torch's output relative to the largest |value|, ...} or {"ready": false, "na": why}. Then for each
+line N read from stdin it waits for idle thread pools to park, makes one untimed call, times N calls and prints
+{"ms": median, "min": fastest}. It exits at the end of stdin.
+
+LIB is serve (eager, under no_grad), serve-opt (serve.inference.optimize), torch (eager, inference_mode) or ort
+(ONNX Runtime, CPU provider); gemm-numpy / gemm-torch measure the fp32 GEMM peak instead, and spin busy-loops.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from runtime_cases import Case, count_flops, first, serve_model
+
+LIBS = ("serve", "serve-opt", "torch", "ort")
+PARK_S = 0.2  # seconds for an idle BLAS/OpenMP pool to stop spinning before a block starts
+GEMM_N = 2048
+
+
+def _serve(case: Case, folder: Path, threads: int, optimized: bool) -> tuple[Callable[[], Any], dict]:
+    import serve
+
+    serve.set_num_threads(threads)
+    weights = dict(np.load(folder / "weights.npz"))
+    inputs = tuple(serve.from_numpy(v) for v in np.load(folder / "inputs.npz").values())
+    model = serve_model(case, weights)
+    info: dict[str, Any] = {"version": serve.__version__}
+    if not optimized:
+        info["flops"] = count_flops(model, inputs)
+        fn = model
+    else:
+        try:
+            from serve.inference import optimize
+        except ImportError as e:
+            return _na(f"serve.inference not importable ({e})")
+        try:
+            fn = optimize(model, example_inputs=inputs)
+        except Exception as e:  # the bench runs on at every commit: a failing plan is reported, not fatal
+            return _na(f"optimize raised {type(e).__name__}: {e}")
+        info["optimized"] = bool(getattr(fn, "optimized", False))
+        info["reason"] = str(getattr(fn, "reason", "") or "")
+
+    def call() -> Any:
+        with serve.no_grad():
+            return fn(*inputs)
+
+    return call, info
+
+
+def _torch(case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
+    import torch
+    from runtime_cases import torch_model
+
+    torch.set_num_threads(threads)
+    model = torch_model(case)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in np.load(folder / "weights.npz").items()})
+    inputs = tuple(torch.from_numpy(v) for v in np.load(folder / "inputs.npz").values())
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return model(*inputs)
+
+    return call, {"version": torch.__version__}
+
+
+def _ort(folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return _na("onnxruntime is not installed (pip install -e '.[bench]')")
+    if not (folder / "model.onnx").exists():
+        return _na((folder / "onnx_error.txt").read_text())
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(folder / "inputs.npz"))
+    return lambda: session.run(None, feeds), {"version": ort.__version__}
+
+
+def _na(why: str) -> tuple[Callable[[], Any], dict]:
+    return (lambda: None), {"na": why}
+
+
+def _to_numpy(out: Any) -> np.ndarray:
+    out = first(out)
+    return out if isinstance(out, np.ndarray) else out.numpy()
+
+
+def build(lib: str, case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
+    if lib in ("serve", "serve-opt"):
+        return _serve(case, folder, threads, lib == "serve-opt")
+    if lib == "torch":
+        return _torch(case, folder, threads)
+    if lib == "ort":
+        return _ort(folder, threads)
+    raise SystemExit(f"unknown library {lib!r}; one of {', '.join(LIBS)}")
+
+
+def time_calls(fn: Callable[[], Any], calls: int) -> list[float]:
+    """Milliseconds of each of `calls` calls, after a pause for idle pools to park and one untimed call."""
+    time.sleep(PARK_S)
+    fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def _say(obj: dict) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def run(lib: str, case: Case, folder: Path, threads: int, warmup: int) -> None:
+    """The worker loop (module docstring)."""
+    fn, info = build(lib, case, folder, threads)
+    if "na" in info:
+        return _say({"ready": False, **info})
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    out = fn()
+    info["ms"] = (time.perf_counter() - start) * 1e3
+    ref = np.load(folder / "reference.npy")
+    info["err"] = float(np.abs(_to_numpy(out).astype(np.float64) - ref).max() / (np.abs(ref).max() or 1.0))
+    _say({"ready": True, **info})
+    for line in sys.stdin:
+        times = time_calls(fn, max(1, int(line)))
+        _say({"ms": statistics.median(times), "min": min(times)})
+
+
+def profile(case: Case, folder: Path, threads: int, calls: int) -> None:
+    """cProfile of serve's eager calls on one case, top functions by own time."""
+    import cProfile
+    import pstats
+
+    fn, _ = build("serve", case, folder, threads)
+    fn()
+    prof = cProfile.Profile()
+    prof.runcall(lambda: [fn() for _ in range(calls)])
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
+def gemm(lib: str, threads: int, reps: int = 3) -> None:
+    """fp32 GEMM peak in GFLOP/s, best of `reps`: numpy's one-threaded OpenBLAS on each of serve's `threads` lanes
+    (one 2048^3 product per lane, all at once), or torch.mm of one 2048^3 product on `threads` threads."""
+    rng = np.random.default_rng(0)
+    n = GEMM_N
+    if lib == "gemm-numpy":
+        from serve.backend import cpu_threads
+
+        cpu_threads.hold_blas()
+        cpu_threads.set_num_threads(threads)
+        a, b = (rng.standard_normal((threads, n, n), dtype=np.float32) for _ in range(2))
+        c = np.empty_like(a)
+
+        def lane(start: int, stop: int) -> None:
+            for i in range(start, stop):
+                np.matmul(a[i], b[i], out=c[i])
+
+        spans = [(i, i + 1) for i in range(threads)]
+        fn, products = (lambda: cpu_threads.parallel(lane, spans)), threads
+        info = {"blas_controlled": cpu_threads.blas_controlled()}
+    else:
+        import torch
+
+        torch.set_num_threads(threads)
+        ta, tb = (torch.from_numpy(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
+        fn, products, info = (lambda: torch.mm(ta, tb)), 1, {}
+    fn()
+    best = min(time_calls(fn, reps))
+    _say({"ready": True, "gflops": products * 2 * n**3 / (best / 1e3) / 1e9, **info})
+
+
+def spin() -> None:
+    """A busy loop: the competing load of `--load`."""
+    while True:
+        pass
