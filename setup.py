@@ -2,6 +2,7 @@
 library, loaded with ctypes by serve/backend/cpu_native.py, which picks the one the CPU runs at run time. A
 compiler failure never fails the install: serve then runs its numpy kernels."""
 
+import os
 import platform
 import sys
 
@@ -26,10 +27,14 @@ class OptionalBuildExt(build_ext):
             print(f"warning: serve native kernels not built ({exc}); the numpy kernels will be used", file=sys.stderr)
 
     def build_extension(self, ext: Extension) -> None:
+        build_temp = self.build_temp
+        self.build_temp = os.path.join(build_temp, ext.name)  # both builds compile the same source: own objects
         try:
             super().build_extension(ext)
         except Exception as exc:
             print(f"warning: {ext.name} not built ({exc}); the numpy kernels will be used", file=sys.stderr)
+        finally:
+            self.build_temp = build_temp
 
 
 extensions = [
