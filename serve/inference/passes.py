@@ -5,8 +5,8 @@
 - fuse: an activation the kernels can apply (serve.inference.epilogue) that took the (folded) layer's output the
   same way is fused into the layer's epilogue.
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
-change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear and the
-folded modules by `Skip`s.
+change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
+folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from serve import nn
 from serve.inference.capture import Call, Trace
 from serve.inference.epilogue import activation_name
 from serve.inference.planned import PlannedConv2d, PlannedLinear, Skip, _Fused
+from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn.module import Module
 
 __all__ = ["Rewrite", "plan_rewrites", "rewrite_tree"]
@@ -105,6 +106,8 @@ def rewrite_tree(model: Module, rw: Rewrite) -> Module:
         name = by_id.get(id(module))
         if name in rw.fused:
             new: Module = rw.fused[name]
+        elif type(module) is nn.MaxPool2d:
+            new = PlannedMaxPool2d(module)
         elif id(module) in rw.skipped:
             original, producers = rw.skipped[id(module)]
             new = Skip(original, producers)

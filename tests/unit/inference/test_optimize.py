@@ -227,3 +227,17 @@ def test_serve_compile_plans_at_the_first_call():
         assert_rel_close(fast(x), model(x), 1e-4)
     assert fast.optimized
     assert fast.plan[0].act == "silu"
+
+
+@pytest.mark.parametrize(("kernel", "stride", "padding"), [(3, 2, 1), (2, 2, 0), (3, 1, 1), ((3, 2), (2, 1), (1, 0))])
+def test_max_pool_on_channels_last_matches_eager(kernel, stride, padding):
+    from serve.inference.pooling import PlannedMaxPool2d
+
+    pool = nn.MaxPool2d(kernel, stride, padding)
+    a = RNG.standard_normal((3, 9, 10, 5)).astype(np.float32)
+    channels_last = serve.from_numpy(a).permute(0, 3, 1, 2)  # an NCHW view of NHWC memory, as the plan makes
+    with serve.no_grad():
+        want = pool(serve.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2))))
+        got = PlannedMaxPool2d(pool)(channels_last)
+        assert_rel_close(got, want, 0)
+        assert_rel_close(PlannedMaxPool2d(pool)(want), pool(want), 0)  # other layouts: the original module
