@@ -18,6 +18,10 @@ casts the floating ones to that dtype, and hands float16/bfloat16 outputs back a
 the answers' number formatting do not change. A handler that overrides `inference` calls `self.model_input(x)`
 and `self.model_output(y)` to do the same.
 
+Warm-up (ours): `example_inputs(batch_size)` returns what `inference` passes the model for a batch of that size,
+or None (the default) when the shape is not known; the worker warms its optimized model up with it before it
+reports ready (serve/worker/optimizing.py). The vision, text and tensor handlers implement it.
+
 Where we differ from TorchServe, on purpose:
 - Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
   (`fn` raises ValueError, InvalidInput or PredictionException) answers with its own status code and the body
@@ -36,6 +40,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import serve
 from serve.errors import InvalidInput, PredictionException
@@ -234,6 +240,20 @@ class BaseHandler:
 
     def get_device(self) -> Any:
         return self.device
+
+    # ---- warm-up -------------------------------------------------------------------------------------------
+
+    def example_inputs(self, batch_size: int) -> tuple[Any, ...] | None:
+        """The positional arguments `inference` would pass the model for a batch of `batch_size` (on the model's
+        device, in its dtype), for the worker to warm the optimized model up before it reports ready; None (the
+        default: the input shape is not known) plans each batch size at its first batch instead."""
+        return None
+
+    def example_tensor(self, shape: tuple[int, ...], dtype: Any = None) -> Any:
+        """Seeded standard-normal values of `shape` (float32, or the numpy `dtype` given), through `model_input`:
+        on the model's device, floating ones in its dtype, as a real batch."""
+        values = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+        return self.model_input(serve.from_numpy(values if dtype is None else values.astype(dtype)))
 
 
 def model_dtype(model_config: dict[str, Any]) -> Any:

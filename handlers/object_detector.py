@@ -40,6 +40,10 @@ class ObjectDetector(VisionHandler):
             raise ValueError(f"model-config handler.threshold must be a number, got {threshold!r}")
         self.threshold = float(threshold)
 
+    def example_inputs(self, batch_size: int) -> tuple[Any, ...] | None:
+        """None: the model takes a list of images of their own sizes, which no warm-up can stand for."""
+        return None
+
     def preprocess(self, data: list[Any]) -> list[serve.Tensor]:
         _, values = self.decode_rows(data, self.decode_input)
         return [serve.from_numpy(v).to(self.device) for v in values]  # each (C, H, W)

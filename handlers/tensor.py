@@ -15,6 +15,9 @@ Output per request: a JSON (nested) list, or `.npy` bytes when its Accept header
 `application/x-npy` or `application/octet-stream` (the response content type says which).
 Bad input (neither .npy nor JSON, a ragged list, strings or objects, an unsupported dtype): a 400 that says so.
 
+Warm-up: only when the model-config gives one request's shape, `example_input_shape: [3, 224, 224]` (in the
+`handler:` section or at the top level): `example_inputs(b)` is then (b, *shape) in `handler.dtype` (float32).
+
 Open Inference Protocol (v2) requests (serve/frontends/oip/core.py delivers them as TorchServe's kservev2 dict
 `{"id", "inputs": [{"name", "datatype", "shape", "data"}], ...}`): the one input's first dimension is the batch,
 so a v2 request brings `shape[0]` rows to the batch (a plain request brings one). Its answer is
@@ -63,6 +66,14 @@ class TensorHandler(BaseHandler):
         self.input_name = _first_name(self.handler_config.get("inputs"), None)  # None: any name is taken
         self.output_name = _first_name(self.handler_config.get("outputs"), DEFAULT_OUTPUT) or DEFAULT_OUTPUT
         self.rows: list[Row] = []
+        self.example_shape = example_input_shape(self.handler_config, self.model_yaml_config)
+
+    def example_inputs(self, batch_size: int) -> tuple[serve.Tensor, ...] | None:
+        """(batch, *example_input_shape) in the handler's input dtype (float32 by default), when the model-config
+        gives the shape; else None."""
+        if self.example_shape is None:
+            return None
+        return (self.example_tensor((batch_size, *self.example_shape), np.dtype(self.input_dtype or "float32")),)
 
     def preprocess(self, data: list[Any]) -> serve.Tensor | None:
         good, decoded = self.decode_rows(data, self._decode)
@@ -138,6 +149,18 @@ class Row:
     idx: int
     count: int
     v2: bool
+
+
+def example_input_shape(handler_config: dict[str, Any], model_config: dict[str, Any]) -> tuple[int, ...] | None:
+    """`example_input_shape` (one request's shape, without the batch dimension) from the `handler:` section or the
+    model-config's top level; None when absent, ValueError when it is not a list of positive integers."""
+    shape = handler_config.get("example_input_shape", model_config.get("example_input_shape"))
+    if shape is None:
+        return None
+    if not isinstance(shape, list) or not all(type(n) is int and n > 0 for n in shape):
+        raise ValueError(f"model-config example_input_shape must be a list of positive integers (one request's "
+                         f"shape, without the batch dimension), got {shape!r}")  # fmt: skip
+    return tuple(shape)
 
 
 def decode_v2(body: dict[str, Any], expected_name: str | None = None) -> np.ndarray:

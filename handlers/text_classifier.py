@@ -17,6 +17,7 @@ and returns logits (batch, classes): a tensor, a tuple/list whose first element 
 Where we differ from TorchServe: every request of the batch is classified (TorchServe's handler reads only
 `data[0]` and answers the others with nothing); the result per request is the dict itself, not a one-element
 list. Model-config: `handler: {max_length: 512}` (tokens, special tokens included).
+Warm-up (`example_inputs`): a batch of `max_length` tokens, with the mask when the model takes it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import serve
 from handlers.base_handler import BaseHandler, map_class_to_label
-from handlers.text_input import decode_text, encode_batch, load_tokenizer, positive_int
+from handlers.text_input import decode_text, encode_batch, example_ids, load_tokenizer, positive_int
 from serve.worker.context import Context
 
 
@@ -49,6 +50,12 @@ class TextClassifier(BaseHandler):
             inputs = (input_ids, attention_mask) if self.pass_attention_mask else (input_ids,)
             logits = _logits(self.model(*inputs))
             return logits.float().softmax(dim=-1)  # (B, classes)
+
+    def example_inputs(self, batch_size: int) -> tuple[serve.Tensor, ...]:
+        """What `inference` passes the model for `max_length` tokens: the ids, and the mask when it takes one."""
+        ids, mask = example_ids(self.tokenizer, batch_size, self.max_length)
+        input_ids, attention_mask = ids.to(self.device), mask.to(self.device)
+        return (input_ids, attention_mask) if self.pass_attention_mask else (input_ids,)
 
     def postprocess(self, data: Any) -> list[dict[str, float]]:
         return map_class_to_label(data.tolist(), self.mapping)

@@ -11,6 +11,7 @@ Model-config:
     handler:
       max_length: 256
       normalize: true
+Warm-up (`example_inputs`): a batch of `max_length` tokens and its attention mask.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import serve
 from handlers.base_handler import BaseHandler
-from handlers.text_input import decode_text, encode_batch, flag, load_tokenizer, positive_int
+from handlers.text_input import decode_text, encode_batch, example_ids, flag, load_tokenizer, positive_int
 from serve.worker.context import Context
 from serve.zoo.sentence import l2_normalize, mean_pooling
 
@@ -45,6 +46,10 @@ class TextEmbeddingHandler(BaseHandler):
             tokens = self.model_output(token_embeddings(self.model(input_ids, attention_mask)))  # (B, T, D) fp32
             embeddings = mean_pooling(tokens, attention_mask)  # (B, D)
             return l2_normalize(embeddings) if self.normalize else embeddings
+
+    def example_inputs(self, batch_size: int) -> tuple[serve.Tensor, ...]:
+        """What `inference` passes the model for a batch of `max_length` tokens: the ids and the attention mask."""
+        return tuple(t.to(self.device) for t in example_ids(self.tokenizer, batch_size, self.max_length))
 
 
 def token_embeddings(output: Any) -> serve.Tensor:

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer
 
 import serve
@@ -85,6 +86,13 @@ def encode_batch(tokenizer: Tokenizer, texts: list[str]) -> tuple[serve.Tensor, 
     input_ids = serve.tensor([e.ids for e in encodings], dtype=serve.int64)
     attention_mask = serve.tensor([e.attention_mask for e in encodings], dtype=serve.int64)
     return input_ids, attention_mask
+
+
+def example_ids(tokenizer: Tokenizer, batch_size: int, length: int) -> tuple[serve.Tensor, serve.Tensor]:
+    """(input_ids, attention_mask) for warm-up, both int64 (batch_size, length): seeded ids from the tokenizer's
+    vocabulary, every position attended."""
+    ids = np.random.default_rng(0).integers(0, max(tokenizer.get_vocab_size(), 1), (batch_size, length))
+    return serve.from_numpy(ids.astype(np.int64)), serve.ones(batch_size, length, dtype=serve.int64)
 
 
 def positive_int(config: dict[str, Any], key: str, default: int) -> int:

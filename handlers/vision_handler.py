@@ -15,6 +15,9 @@ and the batch is stacked into one (N, C, H, W) `serve.Tensor`.
       std: [0.229, 0.224, 0.225]
       grayscale: false     # true: images become 1-channel "L", else 3-channel RGB
 A subclass that sets `image_processing` itself (as TorchServe handlers do) keeps it and these keys are unused.
+When the transforms fix the image size (a crop, or an exact [h, w] resize), `example_inputs(b)` is a (b, C, H, W)
+float32 batch of that size, for the worker's warm-up of the optimized model (none for a subclass's own
+`image_processing`).
 
 Per-request errors (the other requests of the batch carry on): bad base64, bytes that are not a JPEG/PNG/WebP
 or are truncated, a nested list that is ragged or not numeric, or an input whose tensor shape differs from the
@@ -115,6 +118,20 @@ def nested_list_tensor(value: Any) -> np.ndarray:
         raise InvalidInput(f"the nested list is not a rectangular array of numbers: {e}") from e
 
 
+def transformed_shape(settings: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(C, H, W) of every image after these transforms: the crop's size, else an exact [h, w] resize; None when
+    the size follows the image's."""
+    crop, resize = settings.get("crop"), settings.get("resize")
+    size = crop if crop is not None else resize if isinstance(resize, (list, tuple)) else None
+    if isinstance(size, int) and not isinstance(size, bool):
+        height = width = size
+    elif isinstance(size, (list, tuple)) and len(size) == 2:
+        height, width = int(size[0]), int(size[1])
+    else:
+        return None
+    return (1 if settings.get("grayscale") else 3, height, width)
+
+
 class VisionHandler(BaseHandler):
     """Decodes images (or takes nested lists), applies `image_processing`, stacks the batch."""
 
@@ -126,6 +143,7 @@ class VisionHandler(BaseHandler):
     def __init__(self) -> None:
         super().__init__()
         self.max_image_pixels: int | None = PILLOW_MAX_IMAGE_PIXELS
+        self.input_shape: tuple[int, int, int] | None = None  # (C, H, W) the transforms make, when fixed
 
     def initialize(self, context: Context) -> None:
         super().initialize(context)
@@ -144,9 +162,17 @@ class VisionHandler(BaseHandler):
         if not isinstance(settings["grayscale"], bool):
             raise ValueError(f"model-config handler.grayscale must be true or false, got {settings['grayscale']!r}")
         try:
-            return build_image_processing(**settings)
+            processing = build_image_processing(**settings)
         except (ValueError, TypeError) as e:
             raise ValueError(f"model-config handler: section: {e}") from e
+        self.input_shape = transformed_shape(settings)
+        return processing
+
+    def example_inputs(self, batch_size: int) -> tuple[Any, ...] | None:
+        """(batch, C, H, W) float32 images when the transforms fix the size (a crop, or an exact resize)."""
+        if self.input_shape is None:
+            return None
+        return (self.example_tensor((batch_size, *self.input_shape)),)
 
     def preprocess(self, data: list[Any]) -> Any:
         good, values = self.decode_rows(data, self.decode_input)

@@ -17,6 +17,9 @@ Ours (TorchServe has neither), checked at registration, a bad value refused with
   the outputs come back as float32 to postprocess, so answers are formatted as before. Describe shows it.
 - `gpuMemoryFraction: f` (0 < f <= 1): the share of its GPU's memory a worker's CuPy pool may hold
   (`serve.cuda.set_per_process_memory_fraction`); by default the pool is not capped.
+- `optimize: true | false` (default true) and `optimize_warmup_s: seconds` (default 30): whether the workers run
+  the model's inference plan (serve/inference) and how long each may warm it up before it reports ready
+  (serve/worker/optimizing.py). Describe shows per worker whether it runs optimized and why not.
 GPUs: the workers take `deviceIds` (each in 0..number_of_gpu-1; anything else is ignored with a warning and every
 GPU is used), else every GPU, in turn (round-robin), as TorchServe; `deviceType: cpu`, or number_of_gpu = 0, runs
 them on the CPU.
@@ -39,6 +42,7 @@ from serve.errors import InvalidInput, ModelNotReady
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
 from serve.metrics import ServerMetrics
+from serve.worker.optimizing import optimize_settings
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,7 @@ class VersionConfig:
     threads: int | None = None
     dtype: str = "float32"
     gpu_memory_fraction: float | None = None
+    optimize: bool = True
 
 
 def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
@@ -101,6 +106,7 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         threads=_threads(yaml),
         dtype=model_dtype(yaml, where),
         gpu_memory_fraction=_memory_fraction(yaml, where),
+        optimize=_optimize(yaml, where),
     )
 
 
@@ -158,6 +164,14 @@ def _memory_fraction(yaml: Mapping[str, Any], where: str) -> float | None:
         raise InvalidInput(f"{where}: gpuMemoryFraction {value!r} is not valid: expected a number > 0 and <= 1 "
                            "(the share of the GPU's memory each worker may use)")  # fmt: skip
     return float(value)
+
+
+def _optimize(yaml: Mapping[str, Any], where: str) -> bool:
+    """The model-config's `optimize` (and `optimize_warmup_s`), ours; InvalidInput (400) for a wrong type."""
+    try:
+        return optimize_settings(yaml).enabled
+    except ValueError as e:
+        raise InvalidInput(f"{where}: {e}") from None
 
 
 def _threads(yaml: Mapping[str, Any]) -> int | None:

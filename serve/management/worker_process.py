@@ -7,8 +7,10 @@ messages), and notices when the process exits, whenever that happens.
 
 The worker runs with the model directory as its working directory (as in TorchServe) and serve's source root
 first on PYTHONPATH, in its own session, so a Ctrl-C at the server's terminal reaches only the server, which
-then stops its workers in order. BLAS thread counts are left at their defaults unless the model-config sets
-`torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key), which sets OMP/OpenBLAS/MKL threads to n.
+then stops its workers in order. The ready handshake carries the optimizer's report (whether the model runs
+optimized, why not, the batch sizes warmed up), kept as `optimization` for describe. BLAS thread counts are
+left at their defaults unless the model-config sets `torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key),
+which sets OMP/OpenBLAS/MKL threads to n.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class WorkerProcess:
         self._tasks: list[asyncio.Task[Any]] = []
         self._on_exit: list[Callable[[], None]] = []
         self._kill_requested = False
+        self.optimization: dict[str, Any] = {}  # the ready handshake's report (serve/worker/optimizing.py)
 
     @property
     def alive(self) -> bool:
@@ -120,6 +123,8 @@ class WorkerProcess:
         if header.get("type") != "ready":
             self.kill()
             raise self._load_error(f"unexpected handshake {header.get('type')!r} from the worker")
+        optimization = header.get("optimization")
+        self.optimization = optimization if isinstance(optimization, dict) else {}
 
     def _load_error(self, detail: str) -> ModelLoadError:
         self.state = DEAD

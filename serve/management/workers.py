@@ -19,6 +19,9 @@ autoscales in between. Scale-down lets a busy worker finish its batch first.
 GPUs: each new worker takes the next of the version's `gpu_ids` (round-robin, as TorchServe), kept across its
 restarts. Describe's `gpuUsage` is `gpuId::N` alone: TorchServe appends nvidia-smi's utilization and memory
 there (running nvidia-smi on every describe); here those are the GPU gauges on /metrics.
+Ours, after TorchServe's fields: `optimized` (the worker's model runs its inference plan), `optimizeReason` (why
+not, else null) and `warmedBatchSizes` (the batch sizes planned before the worker reported ready); see
+serve/worker/optimizing.py.
 """
 
 from __future__ import annotations
@@ -169,6 +172,7 @@ class WorkerPool:
                 "gpu": slot.gpu is not None,
                 "gpuUsage": "N/A" if slot.gpu is None else f"gpuId::{slot.gpu}",
             }
+            entry.update(_optimization(w))
             if slot.last_error:
                 entry["lastError"] = slot.last_error
             out.append(entry)
@@ -297,6 +301,16 @@ class WorkerPool:
 
     def _report(self) -> None:
         self.metrics.workers(self.spec.model_name, self.spec.version, self.live, len(self.slots))
+
+
+def _optimization(worker: WorkerProcess | None) -> dict[str, Any]:
+    """Ours: whether the worker's model runs optimized, why not, and the batch sizes warmed before it was ready."""
+    report = getattr(worker, "optimization", None) or {}  # set by the ready handshake of this process
+    if not report:
+        return {"optimized": False, "optimizeReason": "the worker has not loaded the model", "warmedBatchSizes": []}
+    warmed = report.get("warmed")
+    return {"optimized": bool(report.get("optimized")), "optimizeReason": report.get("reason"),
+            "warmedBatchSizes": warmed if isinstance(warmed, list) else []}  # fmt: skip
 
 
 def _timestamp(epoch: float) -> str:

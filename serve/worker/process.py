@@ -1,6 +1,7 @@
 """The worker process: `python -m serve.worker.process --model-dir DIR ...`, one model version's handler.
 
-It loads the model directory with `load_from_archive`, answers the server's handshake (`ready`, or `load_error`
+It loads the model directory with `load_from_archive`, optimizes and warms the handler's model up (optimizing.py:
+never a reason to fail the load), answers the server's handshake (`ready` with the optimizer's report, or `load_error`
 with the handler's exception type, message and last traceback frames), then runs the batches the server sends
 (protocol.py) until its input closes. One worker, one process: a handler that crashes, leaks or calls `os._exit`
 takes down only this process, and the server restarts it.
@@ -42,6 +43,7 @@ from serve.errors import PredictionException
 from serve.worker import gpu
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
+from serve.worker.optimizing import optimize_handler
 from serve.worker.protocol import decode_batch, read_message_sync, write_message_sync
 
 log = logging.getLogger("serve.worker")
@@ -62,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     channel_in, channel_out = _take_channel()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
-        handler, context, device = _load(args)
+        handler, context, device, optimization = _load(args)
     except (Exception, SystemExit) as e:
         write_message_sync(channel_out, load_error(e))
         return 1
-    write_message_sync(channel_out, {"type": "ready", "pid": os.getpid()})
+    write_message_sync(channel_out, {"type": "ready", "pid": os.getpid(), "optimization": optimization})
     runner = BatchRunner(handler, context, channel_out, args.max_response_size, device)
     while (message := read_message_sync(channel_in, args.max_input_bytes)) is not None:
         header, payloads = message
@@ -102,8 +104,9 @@ def _take_channel() -> tuple[BinaryIO, BinaryIO]:
     return channel_in, channel_out
 
 
-def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None]:
-    """The handler, its context, and the CUDA device the worker runs on (None: the CPU)."""
+def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None, dict[str, Any]]:
+    """The handler, its context, the CUDA device the worker runs on (None: the CPU), and the optimizer's report
+    (optimizing.py: the model optimized and warmed up, or why it runs eagerly)."""
     archive = open_archive(args.model_dir)
     if args.handler:
         archive.manifest["model"]["handler"] = args.handler
@@ -113,7 +116,8 @@ def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None]:
                                          limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
     log.info("model %s loaded in %.2f s on %s (pid %d)", archive.model_name, time.perf_counter() - started,
              device or "the CPU", os.getpid())  # fmt: skip
-    return handler, context, device
+    optimization = optimize_handler(handler, archive.model_config, args.batch_size, device)
+    return handler, context, device, optimization
 
 
 def load_error(e: BaseException) -> dict[str, Any]:

@@ -7,7 +7,7 @@ No pickle crosses the channel: a worker that misbehaves can send garbage, never 
 not base64'd into JSON); text and JSON values are described in the header (`pack_value`).
 
 Messages, by header "type":
-    worker -> server   ready {pid}                         the handler loaded
+    worker -> server   ready {pid, optimization}           the handler loaded (optimization: worker/optimizing.py)
                        load_error {error_type, message, traceback}
                        chunk {id, responses}               a streamed part of batch `id` (a handler that yields)
                        result {id, responses | error, metrics, handler_ms}
