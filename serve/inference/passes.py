@@ -19,6 +19,7 @@ from serve.inference.capture import Call, Trace
 from serve.inference.epilogue import activation_name
 from serve.inference.planned import PlannedConv2d, PlannedLinear, Skip, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
+from serve.nn import functional as F
 from serve.nn.module import Module
 
 __all__ = ["Rewrite", "plan_rewrites", "rewrite_tree"]
@@ -33,6 +34,7 @@ class Rewrite:
     fused: dict[str, _Fused] = field(default_factory=dict)
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0})
+    identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
 
 
 def _only_follower(trace: Trace, call: Call) -> Call | None:
@@ -92,7 +94,28 @@ def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
             if folded is not None:
                 rw.skipped.setdefault(id(folded), (folded, []))[1].append(planned)
                 rw.counts[key] += 1
+    _fuse_transformer_activations(model, rw)
     return rw
+
+
+def _fuse_transformer_activations(model: Module, rw: Rewrite) -> None:
+    """serve's own transformer layers call their activation as a function between linear1 and a dropout (code
+    capture cannot see, but whose only use of linear1's output is known): fuse it into linear1's epilogue."""
+    for name, layer in model.named_modules():
+        if type(layer) not in (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer):
+            continue
+        planned = rw.fused.get(f"{name}.linear1" if name else "linear1")
+        act = layer.activation
+        module: Module | None = None
+        if act is F.relu or type(act) is nn.ReLU:
+            module = nn.ReLU()
+        elif act is F.gelu or (type(act) is nn.GELU and act.approximate == "none"):
+            module = nn.GELU()
+        if planned is None or module is None or planned.act_module is not None:
+            continue
+        planned.act_module, planned.act = module, activation_name(module)
+        rw.identities.add(id(layer))
+        rw.counts["act_fused"] += 1
 
 
 def rewrite_tree(model: Module, rw: Rewrite) -> Module:
@@ -120,6 +143,11 @@ def rewrite_tree(model: Module, rw: Rewrite) -> Module:
             memo[id(module)] = new
             for child_name, child in module._modules.items():
                 d["_modules"][child_name] = None if child is None else clone(child)
+            if id(module) in rw.identities:  # its activation now runs in linear1's epilogue
+                if "activation" in d["_modules"]:
+                    d["_modules"]["activation"] = nn.Identity()
+                else:
+                    d["activation"] = nn.Identity()
         memo[id(module)] = new
         return new
 

@@ -47,3 +47,20 @@ def test_optimized_bert_matches_transformers():
         want = ref.eval()(*(torch.from_numpy(a) for a in _batch()))
     assert_rel_close(out.last_hidden_state, want[0], 1e-4)
     assert_rel_close(out.pooler_output, want[1], 1e-4)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_optimized_transformer_encoder_matches_pytorch(activation):
+    torch.manual_seed(0)
+    ref = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation=activation,
+                                                                       batch_first=True), 2).eval()  # fmt: skip
+    layer = serve.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation=activation, batch_first=True)
+    model = serve.nn.TransformerEncoder(layer, 2)
+    copy_weights(ref, model)
+    x = np.random.default_rng(2).standard_normal((3, 7, 32)).astype(np.float32)
+    with serve.no_grad(), torch.no_grad():
+        opt = optimize(model.eval(), (serve.from_numpy(x),))
+        assert opt.optimized, opt.reason
+        assert opt.describe()["passes"]["act_fused"] == 2  # the functional activation, fused into each linear1
+        assert_rel_close(opt(serve.from_numpy(x)), ref(torch.from_numpy(x)), 1e-4)
+    assert opt.original.layers[0].activation is not None  # the original layer keeps its own activation
