@@ -131,6 +131,8 @@ class OptimizedModule:
             plan = passes.rewrite_tree(self.original, self._rewrite)
             for layer in self._rewrite.fused.values():
                 layer.tune = self._tune
+                if getattr(layer, "group", None) is not None:
+                    layer.group.combined.tune = self._tune
             out = plan(*args, **kwargs)
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")

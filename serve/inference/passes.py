@@ -3,7 +3,9 @@
 - fold: a BatchNorm (eval, running statistics) whose every call took a Conv2d's or Linear's output unchanged, and
   that output went nowhere else, is folded into that layer's weight and bias;
 - fuse: an activation the kernels can apply (serve.inference.epilogue) that took the (folded) layer's output the
-  same way is fused into the layer's epilogue.
+  same way is fused into the layer's epilogue;
+- group: linear layers that always took the same input, and only together (attention's query, key and value),
+  run as one product (planned.LinearGroup).
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
 change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
 folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from serve import nn
 from serve.inference.capture import Call, Trace
 from serve.inference.epilogue import activation_name
-from serve.inference.planned import PlannedConv2d, PlannedLinear, Skip, _Fused
+from serve.inference.planned import LinearGroup, PlannedConv2d, PlannedLinear, Skip, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn import functional as F
 from serve.nn.module import Module
@@ -33,7 +35,8 @@ class Rewrite:
 
     fused: dict[str, _Fused] = field(default_factory=dict)
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
-    counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0})
+    counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
+                                                            "grouped": 0})  # fmt: skip
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
 
 
@@ -95,7 +98,35 @@ def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
                 rw.skipped.setdefault(id(folded), (folded, []))[1].append(planned)
                 rw.counts[key] += 1
     _fuse_transformer_activations(model, rw)
+    _group_shared_inputs(trace, model, rw)
     return rw
+
+
+def _group_shared_inputs(trace: Trace, model: Module, rw: Rewrite) -> None:
+    """Planned linear layers (no fold, no activation) that took the same input at every call they made, and
+    only together, become one LinearGroup: query, key and value from one product."""
+    names = {id(m): n for n, m in model.named_modules()}
+    together: dict[tuple[int, int], list[Module]] = {}
+    for c in trace.calls:
+        layer = rw.fused.get(names.get(id(c.module), ""))
+        if isinstance(layer, PlannedLinear) and layer.act is None and not layer.folded and c.input is not None:
+            members = together.setdefault((id(c.input), c.input_version), [])
+            if c.module not in members:
+                members.append(c.module)
+    seen: dict[int, set[tuple[int, ...]]] = {}
+    for members in together.values():
+        key = tuple(id(m) for m in members)
+        for m in members:
+            seen.setdefault(id(m), set()).add(key)
+    groups = {next(iter(keys)) for keys in seen.values() if len(keys) == 1 and len(next(iter(keys))) > 1}
+    for key in groups:
+        planned = [rw.fused[names[i]] for i in key]
+        if len({p.in_features for p in planned}) != 1 or not all(isinstance(p, PlannedLinear) for p in planned):
+            continue
+        group = LinearGroup([p for p in planned if isinstance(p, PlannedLinear)])
+        for p in group.members:
+            p.group = group
+        rw.counts["grouped"] += 1
 
 
 def _fuse_transformer_activations(model: Module, rw: Rewrite) -> None:

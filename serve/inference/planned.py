@@ -29,7 +29,7 @@ from serve.tensor import dtypes, versions
 from serve.tensor.grad_mode import is_grad_enabled
 from serve.tensor.tensor import Tensor
 
-__all__ = ["PlannedConv2d", "PlannedLinear", "Skip", "fold_batch_norm"]
+__all__ = ["LinearGroup", "PlannedConv2d", "PlannedLinear", "Skip", "fold_batch_norm"]
 
 log = logging.getLogger(__name__)
 RTOL = 1e-4  # a kernel is kept only when it agrees with the reference this closely (relative to the output's max)
@@ -214,14 +214,20 @@ class PlannedLinear(_Fused):
 
     KERNELS = kernels.LINEAR_KERNELS
 
-    def __init__(self, linear: nn.Linear, bn: Module | None, act_module: Module | None) -> None:
-        w = linear.weight._data
-        b = None if linear.bias is None else linear.bias._data
+    def __init__(self, linear: nn.Linear | None, bn: Module | None, act_module: Module | None,
+                 arrays: tuple[np.ndarray, np.ndarray | None] | None = None) -> None:  # fmt: skip
+        if linear is not None:
+            w = linear.weight._data
+            b = None if linear.bias is None else linear.bias._data
+        else:  # a layer made from arrays (the shared product of a group)
+            assert arrays is not None
+            w, b = arrays
         if bn is not None:
             w, b = fold_batch_norm(w, b, bn)
         super().__init__(w, None if b is None else np.ascontiguousarray(b), act_module)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.out_features, self.in_features = self.weight.shape
         self.folded = bn is not None
+        self.group: LinearGroup | None = None
         self._w_t = serve.from_numpy(self.weight)
         self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
 
@@ -233,6 +239,8 @@ class PlannedLinear(_Fused):
     def forward(self, x: Any) -> Tensor:
         if not (self._plannable(x) and x.ndim >= 1 and x.shape[-1] == self.in_features and x.numel() > 0):
             return apply_activation(F.linear(x, self._w_t, self._b_t), self.act_module)
+        if self.group is not None:
+            return self.group.output(self, x)
         data = x._data
         x2 = data.reshape(-1, self.in_features)
         if not x2.flags.c_contiguous:
@@ -244,6 +252,37 @@ class PlannedLinear(_Fused):
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bn_folded={self.folded}, act={self.act}"
+
+
+class LinearGroup:
+    """Linear layers that always take the same input (attention's query, key and value) as one product.
+
+    The first member called with an input computes every member's output in one GEMM over the concatenated
+    weights and keeps them (per thread) with that input; a member called with the same input, unchanged, takes
+    its columns; any other input is computed by the member alone."""
+
+    def __init__(self, members: list[PlannedLinear]) -> None:
+        weight = np.concatenate([m.weight for m in members])
+        bias = None
+        if any(m.bias is not None for m in members):
+            bias = np.concatenate([m.bias if m.bias is not None else np.zeros(m.out_features, m.weight.dtype)
+                                   for m in members])  # fmt: skip
+        self.combined = PlannedLinear(None, None, None, arrays=(weight, bias))
+        self.members = members
+        bounds = np.cumsum([0] + [m.out_features for m in members])
+        self.columns = {id(m): (int(bounds[i]), int(bounds[i + 1])) for i, m in enumerate(members)}
+        self._local = threading.local()
+
+    def output(self, member: PlannedLinear, x: Tensor) -> Tensor:
+        kept = getattr(self._local, "kept", None)
+        if kept is None or kept[0]() is not x or kept[1] != versions.version(x._data):
+            y = self.combined(x)._data  # (..., sum of out_features)
+            kept = (weakref.ref(x), versions.version(x._data), y)
+            self._local.kept = kept
+        c0, c1 = self.columns[id(member)]
+        out = wrap(kept[2][..., c0:c1], x)
+        member._mark(out)
+        return out
 
 
 class Skip(Module):

@@ -41,7 +41,7 @@ def test_resnet18_folds_every_batch_norm_and_fuses_the_relus_it_may():
     assert info["optimized"] and info["reason"] is None
     # 20 convolutions (17 + 3 downsample), each followed by its batch norm; the relu after each block's first
     # conv and after the stem fuses, the one after each residual add (9 = 8 blocks + stem) cannot
-    assert info["passes"] == {"bn_folded": 20, "act_fused": 9, "conv": 20, "linear": 1}
+    assert info["passes"] == {"bn_folded": 20, "act_fused": 9, "conv": 20, "linear": 1, "grouped": 0}
     assert_rel_close(got, want, 1e-4)
     assert sum(info["kernels"].values()) == 21
     assert isinstance(opt.plan.layer1[0].conv1, PlannedConv2d)
@@ -95,6 +95,10 @@ def test_bert_fuses_gelu_into_the_intermediate_product():
     assert_rel_close(got.pooler_output, want.pooler_output, 1e-4)
     assert isinstance(opt.plan.encoder.layer[0].intermediate.dense, PlannedLinear)
     assert opt.plan.encoder.layer[0].intermediate.dense.act == "gelu"
+    # query, key and value take the same hidden states: one product per layer
+    assert info["passes"]["grouped"] == 2
+    attention = opt.plan.encoder.layer[0].attention.self
+    assert attention.query.group is attention.key.group is attention.value.group is not None
 
 
 class _ConvUsedTwice(nn.Module):
@@ -241,3 +245,25 @@ def test_max_pool_on_channels_last_matches_eager(kernel, stride, padding):
         got = PlannedMaxPool2d(pool)(channels_last)
         assert_rel_close(got, want, 0)
         assert_rel_close(PlannedMaxPool2d(pool)(want), pool(want), 0)  # other layouts: the original module
+
+
+class _SharedInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 4), nn.Linear(6, 3, bias=False)
+
+    def forward(self, x, y=None):
+        return self.a(x).sum(-1) + self.b(x if y is None else y).sum(-1)
+
+
+def test_grouped_products_stay_right_when_a_member_gets_another_input():
+    model = _SharedInput().eval()
+    x = serve.from_numpy(RNG.standard_normal((5, 6)).astype(np.float32))
+    y = serve.from_numpy(RNG.standard_normal((5, 6)).astype(np.float32))
+    with serve.no_grad():
+        opt = optimize(model, (x,))
+        assert opt.describe()["passes"]["grouped"] == 1
+        assert_rel_close(opt(x), model(x), 1e-5)
+        assert_rel_close(opt(x, y), model(x, y), 1e-5)
+        x += 1.0  # the same tensor written in place is a new input
+        assert_rel_close(opt(x), model(x), 1e-5)
