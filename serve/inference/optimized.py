@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from serve.inference import capture, kernels, passes
+from serve.inference import capture, kernels
+from serve.inference import passes as rewriting
 from serve.inference.planned import RTOL, _Fused
 from serve.nn.module import Module
 from serve.tensor.grad_mode import is_grad_enabled, no_grad
@@ -72,14 +73,15 @@ def mismatch(got: Any, want: Any, rtol: float = RTOL) -> str | None:
 class OptimizedModule:
     """The plan in front of a module: same call signature, same results (within 1e-4), eager when refused."""
 
-    def __init__(self, model: Module, *, tune: bool = True, check: bool = True) -> None:
+    def __init__(self, model: Module, *, tune: bool = True, check: bool = True,
+                 passes: tuple[str, ...] = rewriting.PASSES) -> None:  # fmt: skip
         self.original = model
         self.optimized = False
         self.reason: str | None = "not planned yet: the plan is made at the first call or warm()"
-        self._tune, self._check = tune, check
+        self._tune, self._check, self._passes = tune, check, tuple(passes)
         self._plan: Module | None = None
         self._refused = False
-        self._rewrite: passes.Rewrite | None = None
+        self._rewrite: rewriting.Rewrite | None = None
         self._warmed: list[list[int]] = []
         self._plan_s = 0.0
         self._lock = threading.RLock()
@@ -126,9 +128,9 @@ class OptimizedModule:
         start = time.perf_counter()
         try:
             trace, eager_out = capture.trace(self.original, args, kwargs)
-            self._rewrite = passes.plan_rewrites(trace, self.original)
+            self._rewrite = rewriting.plan_rewrites(trace, self.original, self._passes)
             del trace
-            plan = passes.rewrite_tree(self.original, self._rewrite)
+            plan = rewriting.rewrite_tree(self.original, self._rewrite)
             for layer in self._rewrite.fused.values():
                 layer.tune = self._tune
                 if getattr(layer, "group", None) is not None:
@@ -194,14 +196,19 @@ def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
 
 
 def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tune: bool = True,
-             check: bool = True) -> OptimizedModule:  # fmt: skip
+             check: bool = True, passes: tuple[str, ...] = rewriting.PASSES) -> OptimizedModule:  # fmt: skip
     """Make `model`'s inference plan (see the module docstring). `example_inputs` (a tensor or a tuple of the
-    forward's positional arguments) plans, tunes and checks now; without it, the first call does."""
+    forward's positional arguments) plans, tunes and checks now; without it, the first call does. `passes`
+    (a subset of fold, fuse, group, pool) is for measuring what each buys; `tune=False` takes each layer's
+    preferred kernel without timing; `check=False` skips the comparison with eager (tests and benchmarks)."""
     if not isinstance(model, Module):
         raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
     if model.training:
         raise ValueError("optimize() folds batch norm with its running statistics: call model.eval() first")
-    opt = OptimizedModule(model, tune=tune, check=check)
+    unknown = set(passes) - set(rewriting.PASSES)
+    if unknown:
+        raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(rewriting.PASSES)}")
+    opt = OptimizedModule(model, tune=tune, check=check, passes=passes)
     if example_inputs is not None:
         opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
     return opt

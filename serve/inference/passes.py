@@ -24,7 +24,7 @@ from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn import functional as F
 from serve.nn.module import Module
 
-__all__ = ["Rewrite", "plan_rewrites", "rewrite_tree"]
+__all__ = ["PASSES", "Rewrite", "plan_rewrites", "rewrite_tree"]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 
@@ -37,6 +37,7 @@ class Rewrite:
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
                                                             "grouped": 0})  # fmt: skip
+    passes: tuple[str, ...] = ()
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
 
 
@@ -70,8 +71,14 @@ def _plannable(module: Module) -> bool:
     return type(module) is nn.Linear and module.weight._dtype.name == "float32"
 
 
-def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
-    rw = Rewrite()
+PASSES = ("fold", "fuse", "group", "pool")  # all on by default; a subset measures what each one buys
+
+
+def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES) -> Rewrite:
+    unknown = set(passes) - set(PASSES)
+    if unknown:
+        raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(PASSES)}")
+    rw = Rewrite(passes=tuple(passes))
     for name, module in model.named_modules():
         if not _plannable(module):
             continue
@@ -80,10 +87,10 @@ def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
             continue  # never ran on the example: left as it is
         tail_calls, bn, act = calls, None, None
         follower = _common_follower(trace, calls)
-        if follower is not None and _foldable_bn(follower, module):
+        if follower is not None and "fold" in passes and _foldable_bn(follower, module):
             bn, tail_calls = follower, trace.calls_of(follower)
             follower = _common_follower(trace, tail_calls) if len(tail_calls) == len(calls) else None
-        if follower is not None and activation_name(follower) is not None:
+        if follower is not None and "fuse" in passes and activation_name(follower) is not None:
             act = follower
         planned: _Fused
         if isinstance(module, nn.Conv2d):
@@ -97,8 +104,10 @@ def plan_rewrites(trace: Trace, model: Module) -> Rewrite:
             if folded is not None:
                 rw.skipped.setdefault(id(folded), (folded, []))[1].append(planned)
                 rw.counts[key] += 1
-    _fuse_transformer_activations(model, rw)
-    _group_shared_inputs(trace, model, rw)
+    if "fuse" in passes:
+        _fuse_transformer_activations(model, rw)
+    if "group" in passes:
+        _group_shared_inputs(trace, model, rw)
     return rw
 
 
@@ -160,7 +169,7 @@ def rewrite_tree(model: Module, rw: Rewrite) -> Module:
         name = by_id.get(id(module))
         if name in rw.fused:
             new: Module = rw.fused[name]
-        elif type(module) is nn.MaxPool2d:
+        elif type(module) is nn.MaxPool2d and "pool" in rw.passes:
             new = PlannedMaxPool2d(module)
         elif id(module) in rw.skipped:
             original, producers = rw.skipped[id(module)]

@@ -267,3 +267,17 @@ def test_grouped_products_stay_right_when_a_member_gets_another_input():
         assert_rel_close(opt(x, y), model(x, y), 1e-5)
         x += 1.0  # the same tensor written in place is a new input
         assert_rel_close(opt(x), model(x), 1e-5)
+
+
+def test_passes_can_be_switched_off_one_at_a_time():
+    model = _randomize_norms(resnet18(num_classes=10))
+    x = _image(1, 32)
+    with serve.no_grad():
+        bare = optimize(model, (x,), passes=())
+        fold_only = optimize(model, (x,), passes=("fold",))
+        assert_rel_close(bare(x), model(x), 1e-4)
+        assert_rel_close(fold_only(x), model(x), 1e-4)
+    assert bare.describe()["passes"]["bn_folded"] == 0 and bare.describe()["passes"]["conv"] == 20
+    assert fold_only.describe()["passes"]["bn_folded"] == 20 and fold_only.describe()["passes"]["act_fused"] == 0
+    with pytest.raises(ValueError, match="unknown passes"):
+        optimize(model, (x,), passes=("winograd",))
