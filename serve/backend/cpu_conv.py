@@ -378,7 +378,9 @@ def _separable_max_planes(x: np.ndarray, kernel: Pair, stride: Pair, padding: Pa
     right = max(padding[1], (out[1] - 1) * sw + (kw - 1) * dw + 1 - w - padding[1])
     xp = _pad(x, (padding[0], bottom, padding[1], right), _lowest(x.dtype))
     hp, wp = xp.shape[2:]
-    planes = xp.reshape(n * c, hp * wp)
+    # C order, so that the maxima below are too (ufuncs keep their inputs' order, and the final as_strided
+    # assumes rows of wp): a permuted input's planes can reshape to a column-major view
+    planes = np.ascontiguousarray(xp.reshape(n * c, hp * wp))
     span = hp * wp - (kh - 1) * dh * wp
     m = planes[:, :span].copy() if kh == 1 else np.maximum(planes[:, :span], planes[:, dh * wp : dh * wp + span])
     for i in range(2, kh):

@@ -68,8 +68,6 @@ def test_describe_shows_an_optimized_model_and_its_warm_up(server: ServerProcess
     assert (lin["optimized"], lin["optimizeReason"], lin["warmedBatchSizes"]) == (True, None, [1, 2, 3, 4])
 
 
-@pytest.mark.xfail(reason="serve.inference (00c23de) refuses LeNet's plan: its output differs from eager "
-                   "(max error 7.53), so digits runs eagerly and describe says why")  # fmt: skip
 def test_digits_runs_optimized_warmed_for_every_batch_size(server: ServerProcess) -> None:
     digits = _worker(server, "digits")
     assert (digits["optimized"], digits["optimizeReason"]) == (True, None), digits["optimizeReason"]

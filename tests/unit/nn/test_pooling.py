@@ -198,3 +198,13 @@ def test_empty_batch(call: object) -> None:
     ours = call(serve, serve.zeros(0, 3, 8, 8, requires_grad=True))  # type: ignore[operator]
     assert tuple(ours.shape) == tuple(call(torch, torch.zeros(0, 3, 8, 8)).shape)  # type: ignore[operator]
     ours.sum().backward()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_max_pool2d_of_a_channels_last_view(batch: int) -> None:
+    # a permuted input's planes reshape to a column-major view; the pool once read them as row-major
+    a = np.random.default_rng(0).standard_normal((batch, 28, 28, 6)).astype(np.float32)
+    view = serve.from_numpy(a).permute(0, 3, 1, 2)
+    dense = serve.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)))
+    for kw in ({"kernel_size": 2}, {"kernel_size": 3, "stride": 2, "padding": 1}):
+        assert_close(F.max_pool2d(view, **kw), F.max_pool2d(dense, **kw), atol=0, rtol=0)
