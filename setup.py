@@ -1,6 +1,7 @@
-"""Builds serve's native CPU kernels (serve/backend/native/serve_kernels.c) twice: an AVX-512 and an AVX2 shared
-library, loaded with ctypes by serve/backend/cpu_native.py, which picks the one the CPU runs at run time. A
-compiler failure never fails the install: serve then runs its numpy kernels."""
+"""Builds serve's native CPU kernels (serve/backend/native/serve_kernels.c) three times: AVX-512 and AVX2 shared
+libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same plus the bfloat16 products), loaded with ctypes
+by serve/backend/cpu_native.py, which picks what the CPU runs at run time. A compiler failure never fails the
+install: serve then runs its numpy kernels (or without the bf16 products, for the third build)."""
 
 import os
 import platform
@@ -11,9 +12,11 @@ from setuptools.command.build_ext import build_ext
 
 SOURCE = "serve/backend/native/serve_kernels.c"
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
+AVX512 = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"]
 ISAS = {
-    "_sk_avx512": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"],
+    "_sk_avx512": AVX512,
     "_sk_avx2": ["-mavx2", "-mfma", "-DSK_ISA=256"],
+    "_sk_avx512bf16": AVX512 + ["-mavx512bf16", "-DSK_BF16=1"],
 }
 
 
@@ -28,7 +31,7 @@ class OptionalBuildExt(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         build_temp = self.build_temp
-        self.build_temp = os.path.join(build_temp, ext.name)  # both builds compile the same source: own objects
+        self.build_temp = os.path.join(build_temp, ext.name)  # the builds compile the same source: own objects
         try:
             super().build_extension(ext)
         except Exception as exc:

@@ -3,8 +3,11 @@ on packed weights and depthwise convolution, each with its epilogue fused: out =
 
 The C source is built at install into two shared libraries, AVX-512 and AVX2; the one this CPU runs is picked here at
 import from /proc/cpuinfo (AVX-512F+BW+DQ+VL, else AVX2+FMA, else none). `SERVE_NATIVE=0` turns them off (A/B
-benchmarks). Nothing here raises at import: `available()` says whether the kernels can be called, and callers fall
-back to the numpy kernels (cpu_conv) when it is False.
+benchmarks). A third build, AVX-512 with AVX512-BF16, is loaded besides when the CPU has avx512_bf16: it runs
+the products of weights packed with dtype="bfloat16" (`bf16_available()`), the fp32 input rounded to bf16 on the
+fly, fp32 accumulation (vdpbf16ps), the fp32 epilogue and an fp32 output. Nothing here raises at import:
+`available()` says whether the kernels can be called, and callers fall back to the numpy kernels (cpu_conv) when
+it is False.
 
 The wrappers stay thin because lanes (cpu_threads.parallel) call them from several Python threads at once: ctypes
 releases the GIL for the call, and `rows`/`pixels` give each lane its own span of the output (any span, even one
@@ -20,31 +23,42 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "PackedWeight", "available", "conv2d_nhwc", "depthwise_nhwc", "gemm", "isa",
-           "pack_conv_weight", "pack_weight"]  # fmt: skip
+__all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "conv2d_nhwc", "depthwise_nhwc", "gemm", "isa",
+           "max_pool_nhwc", "pack_conv_weight", "pack_weight", "round_bf16"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish", "sigmoid")
 _ACT = {name: i for i, name in enumerate(ACTIVATIONS)}
 _LIBS = {"avx512": "_sk_avx512", "avx2": "_sk_avx2"}
+_BF16 = "avx512bf16"
+_FILES = {**_LIBS, _BF16: "_sk_avx512bf16"}
+DTYPES = ("float32", "bfloat16")
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
     "sk_gemm": [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
+    "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
 }
+_BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
 
 
 class _Lib:
-    """One loaded kernel library: its functions with argtypes set, and its panel width."""
+    """One loaded kernel library: its functions with argtypes set, and its panel width (fp32, and bf16 for the
+    bf16 build)."""
 
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.dll = ctypes.CDLL(str(path))
-        for fn_name, argtypes in _SIGNATURES.items():
+        signatures = {**_SIGNATURES, **(_BF16_SIGNATURES if name == _BF16 else {})}
+        for fn_name, argtypes in signatures.items():
             fn = getattr(self.dll, fn_name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
+        self.maxpool = self.dll.sk_maxpool
         self.nr: int = self.dll.sk_nr()
+        if name == _BF16:
+            self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
+            self.bf16_nr: int = self.dll.sk_bf16_nr()
 
 
 def _cpu_flags() -> set[str]:
@@ -71,7 +85,7 @@ def _supported_isas() -> list[str]:
 
 def _library_path(name: str) -> Path | None:
     here = Path(__file__).parent / "native"
-    matches = sorted(here.glob(_LIBS[name] + ".*so")) if here.is_dir() else []
+    matches = sorted(here.glob(_FILES[name] + ".*so")) if here.is_dir() else []
     return matches[0] if matches else None
 
 
@@ -95,12 +109,31 @@ def _first_library() -> _Lib | None:
     return None
 
 
+def _bf16_library() -> _Lib | None:
+    """The AVX512-BF16 build, when native kernels are on, the CPU has avx512_bf16 and the build is installed."""
+    if os.environ.get("SERVE_NATIVE", "1").strip() == "0" or "avx512" not in _supported_isas():
+        return None
+    path = _library_path(_BF16)
+    if path is None or "avx512_bf16" not in _cpu_flags():
+        return None
+    try:
+        return _Lib(_BF16, path)
+    except (OSError, AttributeError):
+        return None
+
+
 _lib: _Lib | None = _first_library()
+_bf16: _Lib | None = _bf16_library()
 
 
 def available() -> bool:
     """True when the native kernels are loaded and may be called."""
     return _lib is not None
+
+
+def bf16_available() -> bool:
+    """True when weights packed with dtype="bfloat16" can be used: the kernels are on and the CPU has AVX512-BF16."""
+    return _lib is not None and _bf16 is not None
 
 
 def isa() -> str | None:
@@ -129,40 +162,88 @@ def _need() -> _Lib:
     return _lib
 
 
+def _need_bf16() -> _Lib:
+    _need()
+    if _bf16 is None:
+        raise RuntimeError("bfloat16 kernels are not available (see cpu_native.bf16_available()); pack float32")
+    return _bf16
+
+
+def _bf16_bits(a: np.ndarray) -> np.ndarray:
+    """The bfloat16 bit patterns (uint16) of float32 `a`, rounded to nearest even (as vcvtne2ps2bf16); NaN stays
+    a quiet NaN."""
+    a = np.ascontiguousarray(a, np.float32)
+    u = a.view(np.uint32)
+    bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        bits[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return bits
+
+
+def round_bf16(a: np.ndarray) -> np.ndarray:
+    """float32 `a` rounded to the nearest bfloat16 (ties to even), as float32: what the bf16 kernels multiply."""
+    return (_bf16_bits(a).astype(np.uint32) << 16).view(np.float32)
+
+
 class PackedWeight:
     """A right operand packed for the kernels: column panels `nr` wide, K-major inside a panel, N zero-padded.
-    `k`, `n` are the logical sizes; `data` (npanels, k, nr) is what the kernels read, kept alive here."""
+    `k`, `n` are the logical sizes; `data` is what the kernels read, kept alive here: float32 (npanels, k, nr), or
+    for dtype "bfloat16" the uint16 bit patterns (npanels, kpad / 2, nr, 2), pairs (k, k + 1) interleaved, K padded
+    to even (per tap for a convolution weight, so that pairs never straddle taps)."""
 
-    __slots__ = ("data", "k", "n", "nr")
+    __slots__ = ("data", "dtype", "k", "n", "nr")
 
-    def __init__(self, data: np.ndarray, k: int, n: int, nr: int) -> None:
-        self.data, self.k, self.n, self.nr = data, k, n, nr
+    def __init__(self, data: np.ndarray, k: int, n: int, nr: int, dtype: str = "float32") -> None:
+        self.data, self.k, self.n, self.nr, self.dtype = data, k, n, nr, dtype
+
+    @property
+    def kpad(self) -> int:
+        """K as stored: k for float32; for bfloat16, k with each tap's channels padded to even."""
+        return self.k if self.dtype == "float32" else 2 * self.data.shape[1]
 
     def __repr__(self) -> str:
-        return f"PackedWeight(k={self.k}, n={self.n}, nr={self.nr})"
+        return f"PackedWeight(k={self.k}, n={self.n}, nr={self.nr}, dtype={self.dtype})"
 
 
-def pack_weight(w_kn: np.ndarray) -> PackedWeight:
-    """Pack w (K, N), the right operand of out = a @ w, into the loaded build's panels."""
-    nr = _need().nr
+def _pack(op: str, w_tcn: np.ndarray, dtype: str) -> PackedWeight:
+    """Pack w (taps, C, N): K = taps * C rows, each tap's C padded to even for bfloat16."""
+    if dtype not in DTYPES:
+        raise ValueError(f"{op}: dtype {dtype!r}; expected one of {DTYPES}")
+    taps, c, n = w_tcn.shape
+    if dtype == "float32":
+        nr = _need().nr
+        panels = -(-n // nr)
+        padded = np.zeros((taps * c, panels * nr), np.float32)
+        padded[:, :n] = w_tcn.reshape(taps * c, n)
+        data = np.ascontiguousarray(padded.reshape(taps * c, panels, nr).transpose(1, 0, 2))  # (panels, K, nr)
+        return PackedWeight(data, taps * c, n, nr)
+    nr = _need_bf16().bf16_nr
+    panels, cp = -(-n // nr), c + c % 2
+    padded = np.zeros((taps, cp, panels * nr), np.float32)
+    padded[:, :c, :n] = w_tcn
+    bits = _bf16_bits(padded).reshape(taps * cp // 2, 2, panels, nr)
+    data = np.ascontiguousarray(bits.transpose(2, 0, 3, 1))  # (panels, K/2, nr, 2)
+    return PackedWeight(data, taps * c, n, nr, dtype)
+
+
+def pack_weight(w_kn: np.ndarray, dtype: str = "float32") -> PackedWeight:
+    """Pack w (K, N), the right operand of out = a @ w, into the loaded build's panels; dtype="bfloat16" rounds
+    it to bf16 (nearest even) for the AVX512-BF16 kernels (see bf16_available())."""
     w = np.asarray(w_kn)
     if w.ndim != 2:
         raise ValueError(f"pack_weight: expected a (K, N) matrix, got shape {w.shape}")
-    k, n = w.shape
-    panels = -(-n // nr)
-    padded = np.zeros((k, panels * nr), np.float32)
-    padded[:, :n] = w
-    data = np.ascontiguousarray(padded.reshape(k, panels, nr).transpose(1, 0, 2))  # (panels, K, nr)
-    return PackedWeight(data, k, n, nr)
+    return _pack("pack_weight", w[None], dtype)
 
 
-def pack_conv_weight(w: np.ndarray) -> PackedWeight:
-    """Pack a PyTorch conv weight (OC, IC, KH, KW), groups=1, with K ordered (kh, kw, ic) to match NHWC input."""
+def pack_conv_weight(w: np.ndarray, dtype: str = "float32") -> PackedWeight:
+    """Pack a PyTorch conv weight (OC, IC, KH, KW), groups=1, with K ordered (kh, kw, ic) to match NHWC input;
+    dtype="bfloat16" as in pack_weight, each tap's IC padded to even."""
     w = np.asarray(w)
     if w.ndim != 4:
         raise ValueError(f"pack_conv_weight: expected (OC, IC, KH, KW), got shape {w.shape}")
-    oc = w.shape[0]
-    return pack_weight(w.transpose(2, 3, 1, 0).reshape(-1, oc))  # (KH*KW*IC, OC)
+    oc, ic, kh, kw = w.shape
+    return _pack("pack_conv_weight", w.transpose(2, 3, 1, 0).reshape(kh * kw, ic, oc), dtype)  # (taps, IC, OC)
 
 
 def _check(name: str, arr: Any, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -206,24 +287,39 @@ def gemm(
     rows: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """out[M, N] = act(a[M, K] @ W + bias[N] + residual[M, N]). `a` may have a row stride (a[:, :K] of a wider
-    array); `rows=(r0, r1)` computes only those rows of out."""
-    lib = _need()
-    if packed.nr != lib.nr:
-        raise ValueError(f"gemm: weight packed for panels of {packed.nr}, the loaded build ({lib.name}) uses {lib.nr}")
+    array); `rows=(r0, r1)` computes only those rows of out. A bfloat16 weight rounds `a` to bf16 on the fly."""
+    _, fn = _kernel("gemm", packed)
     if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2:
         raise ValueError(f"gemm: expected a float32 (M, K) array, got {getattr(a, 'dtype', type(a).__name__)}")
     m, k = a.shape
     if k != packed.k:
         raise ValueError(f"gemm: a has K={k}, the packed weight K={packed.k}")
+    if packed.kpad not in (k, k + k % 2):
+        raise ValueError(f"gemm: a bfloat16 weight packed per tap (K={packed.kpad} padded); use pack_weight")
     if m > 0 and (a.strides[1] != 4 or a.strides[0] % 4 or a.strides[0] < 4 * k):
         raise ValueError(f"gemm: a needs contiguous rows (strides {a.strides}); pass np.ascontiguousarray(a)")
     n = packed.n
     b, r, code = _epilogue("gemm", n, (m, n), bias, residual, act)
     out = _output("gemm", out, (m, n))
     r0, r1 = _span("gemm", rows, m)
-    if r1 > r0:
-        lib.gemm(a.ctypes.data, a.strides[0] // 4, k, packed.data.ctypes.data, n, b, r, out.ctypes.data, code, r0, r1)
+    if r1 > r0 and fn(a.ctypes.data, a.strides[0] // 4, k, packed.data.ctypes.data, n, b, r, out.ctypes.data, code,
+                      r0, r1):  # fmt: skip
+        raise MemoryError("gemm: out of memory for the bf16 rows")
     return out
+
+
+def _kernel(op: str, packed: PackedWeight) -> tuple[_Lib, Any]:
+    """The library and its gemm / conv2d function for this packed weight's dtype."""
+    if packed.dtype == "bfloat16":
+        lib = _need_bf16()
+        fn = lib.gemm_bf16 if op == "gemm" else lib.conv2d_bf16
+        nr = lib.bf16_nr
+    else:
+        lib = _need()
+        fn, nr = (lib.gemm if op == "gemm" else lib.conv2d), lib.nr
+    if packed.nr != nr:
+        raise ValueError(f"{op}: weight packed for panels of {packed.nr}, the loaded build ({lib.name}) uses {nr}")
+    return lib, fn
 
 
 def _conv_geometry(op: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> tuple[int, ...]:
@@ -259,23 +355,24 @@ def conv2d_nhwc(
     pixels: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """NHWC convolution (groups=1) of x (N, H, W, C) by a pack_conv_weight: out (N, OH, OW, OC) =
-    act(conv + bias + residual). `pixels=(p0, p1)` computes only those of the flattened N*OH*OW output pixels."""
-    lib = _need()
+    act(conv + bias + residual). `pixels=(p0, p1)` computes only those of the flattened N*OH*OW output pixels.
+    A bfloat16 weight rounds x to bf16 on the fly (the input rows this call's pixels read)."""
+    _, fn = _kernel("conv2d_nhwc", packed)
     geo = _conv_geometry("conv2d_nhwc", x, kernel, stride, padding, dilation)
     kh, kw, *_, oh, ow = geo
     nb, h, w, c = x.shape
-    if packed.nr != lib.nr:
-        raise ValueError(f"conv2d_nhwc: weight packed for panels of {packed.nr}, the loaded build uses {lib.nr}")
     if packed.k != kh * kw * c:
         raise ValueError(f"conv2d_nhwc: packed K={packed.k} does not match kernel {kh}x{kw} x {c} input channels")
+    if packed.dtype == "bfloat16" and packed.kpad != kh * kw * (c + c % 2):
+        raise ValueError("conv2d_nhwc: a bfloat16 weight packed without per-tap padding; use pack_conv_weight")
     oc = packed.n
     shape = (nb, oh, ow, oc)
     b, r, code = _epilogue("conv2d_nhwc", oc, shape, bias, residual, act)
     out = _output("conv2d_nhwc", out, shape)
     p0, p1 = _span("conv2d_nhwc", pixels, nb * oh * ow)
-    if p1 > p0 and lib.conv2d(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, *geo, b, r,
-                              out.ctypes.data, code, p0, p1):  # fmt: skip
-        raise MemoryError("conv2d_nhwc: out of memory for the tap pointers")
+    if p1 > p0 and fn(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, *geo, b, r, out.ctypes.data, code,
+                      p0, p1):  # fmt: skip
+        raise MemoryError("conv2d_nhwc: out of memory for the tap pointers / bf16 input")
     return out
 
 
@@ -305,4 +402,48 @@ def depthwise_nhwc(
     p0, p1 = _span("depthwise_nhwc", pixels, nb * oh * ow)
     if p1 > p0:
         lib.depthwise(x.ctypes.data, nb, h, wd, c, taps.ctypes.data, *geo, b, r, out.ctypes.data, code, p0, p1)
+    return out
+
+
+def _pair(op: str, name: str, v: Any) -> tuple[int, int]:
+    try:
+        t = (int(v), int(v)) if np.ndim(v) == 0 else tuple(int(i) for i in v)
+    except (TypeError, ValueError):
+        t = ()
+    if len(t) != 2:
+        raise ValueError(f"{op}: {name} is an int or an (h, w) pair, got {v!r}")
+    return t[0], t[1]
+
+
+def max_pool_nhwc(
+    x: np.ndarray,
+    kernel: int | tuple[int, int],
+    stride: int | tuple[int, int] | None,
+    padding: int | tuple[int, ...],
+    out: np.ndarray | None = None,
+    pixels: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """Max pooling of x (N, H, W, C) float32, PyTorch semantics: padding counts as -inf, dilation 1, floor mode.
+    kernel / stride are ints or (h, w) pairs (stride None = kernel); padding an int, (h, w), or (top, bottom, left,
+    right), each smaller than the kernel. out (N, OH, OW, C); `pixels=(p0, p1)` as in conv2d_nhwc."""
+    lib = _need()
+    op = "max_pool_nhwc"
+    kh, kw = _pair(op, "kernel", kernel)
+    sh, sw = _pair(op, "stride", kernel if stride is None else stride)
+    pads: tuple[int, ...] = ()
+    if np.size(padding) in (1, 2):
+        ph, pw = _pair(op, "padding", padding)
+        pads = (ph, ph, pw, pw)
+    elif np.size(padding) == 4:
+        pads = tuple(int(v) for v in np.ravel(padding))
+    if len(pads) != 4:
+        raise ValueError(f"{op}: padding is an int, (h, w) or (top, bottom, left, right), got {padding!r}")
+    if max(pads[:2]) >= kh or max(pads[2:]) >= kw:
+        raise ValueError(f"{op}: padding {padding} must be smaller than the kernel {kernel}")
+    _, _, sh, sw, pt, pl, _, _, oh, ow = _conv_geometry(op, x, (kh, kw), (sh, sw), pads, (1, 1))
+    nb, h, w, c = x.shape
+    out = _output(op, out, (nb, oh, ow, c))
+    p0, p1 = _span(op, pixels, nb * oh * ow)
+    if p1 > p0 and c > 0:
+        lib.maxpool(x.ctypes.data, nb, h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, out.ctypes.data, p0, p1)
     return out

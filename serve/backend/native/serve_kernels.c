@@ -2,8 +2,9 @@
  * convolution, each with a fused epilogue out = act(acc + bias + residual). Plain C plus intrinsics, no Python
  * API; serve/backend/cpu_native.py loads it with ctypes and picks the build that the CPU runs.
  *
- * Compiled twice from this one file: SK_ISA=512 (AVX-512F/DQ/BW/VL + FMA: 12x32 microkernel, 24 zmm
- * accumulators) and SK_ISA=256 (AVX2 + FMA: 6x16 microkernel, 12 ymm accumulators).
+ * Compiled three times from this one file: SK_ISA=512 (AVX-512F/DQ/BW/VL + FMA: 12x32 microkernel, 24 zmm
+ * accumulators), SK_ISA=256 (AVX2 + FMA: 6x16 microkernel, 12 ymm accumulators), and SK_ISA=512 SK_BF16=1
+ * (+ AVX512-BF16: everything of the 512 build, plus the bf16 GEMM / convolution at the end of the file).
  *
  * Packed weight: column panels NR wide (2 vectors), K-major inside a panel, N zero-padded to a panel multiple:
  *   packed[panel][k][j] = w[k][panel * NR + j].
@@ -18,6 +19,9 @@
 
 #ifndef SK_ISA
 #define SK_ISA 512
+#endif
+#ifndef SK_BF16
+#define SK_BF16 0
 #endif
 
 #if SK_ISA == 512
@@ -329,8 +333,202 @@ int SK_EXPORT(depthwise)(const float *x, long long nb, long long h, long long w,
     return 0;
 }
 
+/* Max pooling on NHWC (dilation 1, floor mode): the padding counts as -inf, so a window only takes the maximum
+ * over its taps inside the image; vectorized over the contiguous channels, output pixels p0 <= p < p1. */
+int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, long long c, long long kh,
+                       long long kw, long long sh, long long sw, long long pt, long long pl, long long oh,
+                       long long ow, float *out, long long p0, long long p1) {
+    (void)nb;
+    const V ninf = vset1(-__builtin_inff());
+    for (long long pix = p0; pix < p1; pix++) {
+        long long ox = pix % ow, oy = (pix / ow) % oh, b = pix / (ow * oh);
+        long long y0 = oy * sh - pt, x0 = ox * sw - pl;
+        long long ky0 = y0 < 0 ? -y0 : 0, ky1 = y0 + kh > h ? h - y0 : kh;
+        long long kx0 = x0 < 0 ? -x0 : 0, kx1 = x0 + kw > w ? w - x0 : kw;
+        const float *xb = x + ((b * h + y0) * w + x0) * c;
+        float *o = out + pix * c;
+        long long c0 = 0;
+        for (; c0 + 4 * VL <= c; c0 += 4 * VL) {
+            V s0 = ninf, s1 = ninf, s2 = ninf, s3 = ninf;
+            for (long long ky = ky0; ky < ky1; ky++)
+                for (long long kx = kx0; kx < kx1; kx++) {
+                    const float *xp = xb + (ky * w + kx) * c + c0;
+                    s0 = vmax(s0, vload(xp));
+                    s1 = vmax(s1, vload(xp + VL));
+                    s2 = vmax(s2, vload(xp + 2 * VL));
+                    s3 = vmax(s3, vload(xp + 3 * VL));
+                }
+            vstore(o + c0, s0);
+            vstore(o + c0 + VL, s1);
+            vstore(o + c0 + 2 * VL, s2);
+            vstore(o + c0 + 3 * VL, s3);
+        }
+        for (; c0 < c; c0 += VL) {
+            int n = (int)(c - c0 < VL ? c - c0 : VL);
+            VMask m = vmask(n);
+            V s = ninf;
+            for (long long ky = ky0; ky < ky1; ky++)
+                for (long long kx = kx0; kx < kx1; kx++)
+                    s = vmax(s, vload_m(xb + (ky * w + kx) * c + c0, m)); /* masked-off lanes are never stored */
+            if (n == VL)
+                vstore(o + c0, s);
+            else
+                vstore_m(o + c0, m, s);
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- bfloat16 products (SK_BF16, AVX512-BF16)
+ *
+ * Packed bf16 weight: column panels of NR = 32, K padded to even (per tap, for convolutions), pairs (k, k + 1) of
+ * each column interleaved, as vdpbf16ps reads them:
+ *   packed[panel][k / 2][j][k % 2] = bf16(w[k][panel * NR + j]).
+ * The fp32 left operand is rounded to bf16 (nearest even) on the fly: per block of rows for GEMM, and once per
+ * call, over the input rows the call's output pixels read, for convolution (channels padded to even). Products
+ * accumulate in fp32 (vdpbf16ps); the epilogue is the fp32 one. */
+#if SK_BF16
+#if SK_ISA != 512
+#error "SK_BF16 needs SK_ISA=512"
+#endif
+typedef uint16_t bf16;
+
+/* dst[i] = bf16(src[i]) for i < n, zeros for n <= i < npad. */
+static void to_bf16(const float *src, long long n, bf16 *dst, long long npad) {
+    long long i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(vload(src + i + 16), vload(src + i)));
+    for (; i < n; i += 16) {
+        VMask m = vmask((int)(n - i));
+        _mm256_mask_storeu_epi16(dst + i, m, (__m256i)_mm512_cvtneps_pbh(vload_m(src + i, m)));
+    }
+    for (i = n; i < npad; i++)
+        dst[i] = 0;
+}
+
+static inline __m512 bcast_pair(const bf16 *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof(v));
+    return _mm512_castsi512_ps(_mm512_set1_epi32(v));
+}
+
+#define DP_ROW(j) { \
+    __m512bh aj = (__m512bh)bcast_pair(a##j + 2 * kp); \
+    c##j##0 = _mm512_dpbf16_ps(c##j##0, aj, b0); \
+    c##j##1 = _mm512_dpbf16_ps(c##j##1, aj, b1); }
+
+/* tile[MR][NR] = sum over taps t and pairs kp < kcp of ptrs[t][j][2 kp : 2 kp + 2] . b[t * kcp + kp][:][:] */
+static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, float *tile) {
+    DECL_ROW(0) DECL_ROW(1) DECL_ROW(2) DECL_ROW(3) DECL_ROW(4) DECL_ROW(5)
+    DECL_ROW(6) DECL_ROW(7) DECL_ROW(8) DECL_ROW(9) DECL_ROW(10) DECL_ROW(11)
+    for (int t = 0; t < ntaps; t++, ptrs += MR) {
+        const bf16 *a0 = ptrs[0], *a1 = ptrs[1], *a2 = ptrs[2], *a3 = ptrs[3], *a4 = ptrs[4], *a5 = ptrs[5];
+        const bf16 *a6 = ptrs[6], *a7 = ptrs[7], *a8 = ptrs[8], *a9 = ptrs[9], *a10 = ptrs[10], *a11 = ptrs[11];
+        for (long long kp = 0; kp < kcp; kp++, b += 2 * NR) {
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + NR);
+            DP_ROW(0) DP_ROW(1) DP_ROW(2) DP_ROW(3) DP_ROW(4) DP_ROW(5)
+            DP_ROW(6) DP_ROW(7) DP_ROW(8) DP_ROW(9) DP_ROW(10) DP_ROW(11)
+        }
+    }
+    STORE_ROW(0) STORE_ROW(1) STORE_ROW(2) STORE_ROW(3) STORE_ROW(4) STORE_ROW(5)
+    STORE_ROW(6) STORE_ROW(7) STORE_ROW(8) STORE_ROW(9) STORE_ROW(10) STORE_ROW(11)
+}
+
+static void run_rows_bf16(long long nrows, int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *wp,
+                          long long n, const float *bias, const float *res, float *out, int act) {
+    float tile[MR * NR] __attribute__((aligned(64)));
+    long long npanels = (n + NR - 1) / NR, kp = (long long)ntaps * kcp;
+    for (long long p = 0; p < npanels; p++) {
+        const bf16 *bp = wp + p * kp * 2 * NR;
+        int ncols = (int)(n - p * NR < NR ? n - p * NR : NR);
+        for (long long r = 0; r < nrows; r += MR) {
+            int mr = (int)(nrows - r < MR ? nrows - r : MR);
+            ukernel_bf16(ntaps, ptrs + (r / MR) * ntaps * MR, kcp, bp, tile);
+            epilogue(tile, mr, ncols, bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n,
+                     out + r * n + p * NR, n, act);
+        }
+    }
+}
+
+int SK_EXPORT(bf16_nr)(void) { return NR; }
+
+/* gemm with a bf16-packed weight: rows of a are rounded to bf16 per block of SUPER * MR rows. */
+int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 *wp, long long n,
+                         const float *bias, const float *res, float *out, int act, long long r0, long long r1) {
+    long long kpad = k + (k & 1);
+    bf16 *buf = malloc(sizeof(bf16) * (size_t)(SUPER * MR * kpad));
+    if (!buf)
+        return -1;
+    const bf16 *ptrs[SUPER * MR];
+    for (long long m0 = r0; m0 < r1; m0 += SUPER * MR) {
+        long long rows = r1 - m0 < SUPER * MR ? r1 - m0 : SUPER * MR;
+        for (long long i = 0; i < rows; i++)
+            to_bf16(a + (m0 + i) * lda, k, buf + i * kpad, kpad);
+        for (long long i = 0; i < (rows + MR - 1) / MR * MR; i++)
+            ptrs[i] = buf + (i < rows ? i : i - i % MR) * kpad;
+        run_rows_bf16(rows, 1, ptrs, kpad / 2, wp, n, bias, res ? res + m0 * n : NULL, out + m0 * n, act);
+    }
+    free(buf);
+    return 0;
+}
+
+/* conv2d with a bf16-packed weight (channels padded to even per tap). */
+int SK_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp,
+                           long long oc, long long kh, long long kw, long long sh, long long sw, long long pt,
+                           long long pl, long long dh, long long dw, long long oh, long long ow, const float *bias,
+                           const float *res, float *out, int act, long long p0, long long p1) {
+    (void)nb;
+    int ntaps = (int)(kh * kw);
+    long long cp = c + (c & 1);
+    /* the flattened (n, h) input rows that pixels p0 .. p1 - 1 read */
+    long long b0 = p0 / (oh * ow), oy0 = (p0 / ow) % oh, b1 = (p1 - 1) / (oh * ow), oy1 = ((p1 - 1) / ow) % oh;
+    long long lo = oy0 * sh - pt, hi = oy1 * sh - pt + (kh - 1) * dh + 1;
+    lo = b0 * h + (lo < 0 ? 0 : lo > h ? h : lo);
+    hi = b1 * h + (hi < 0 ? 0 : hi > h ? h : hi);
+    if (hi < lo)
+        hi = lo;
+    bf16 *xb = malloc(sizeof(bf16) * (size_t)((hi - lo) * w * cp + cp));
+    const bf16 **ptrs = malloc(sizeof(*ptrs) * (size_t)ntaps * SUPER * MR);
+    if (!xb || !ptrs) {
+        free(xb);
+        free(ptrs);
+        return -1;
+    }
+    bf16 *zeros = xb + (hi - lo) * w * cp;
+    memset(zeros, 0, sizeof(bf16) * (size_t)cp);
+    if (cp == c)
+        to_bf16(x + lo * w * c, (hi - lo) * w * c, xb, (hi - lo) * w * c);
+    else
+        for (long long i = 0; i < (hi - lo) * w; i++)
+            to_bf16(x + (lo * w + i) * c, c, xb + i * cp, cp);
+    for (long long m0 = p0; m0 < p1; m0 += SUPER * MR) {
+        long long rows = p1 - m0 < SUPER * MR ? p1 - m0 : SUPER * MR;
+        long long padded = (rows + MR - 1) / MR * MR;
+        for (long long i = 0; i < padded; i++) {
+            long long pix = m0 + (i < rows ? i : i - i % MR);
+            long long ox = pix % ow, oy = (pix / ow) % oh, b = pix / (ow * oh);
+            const bf16 **dst = ptrs + (i / MR) * ntaps * MR + i % MR;
+            for (long long ky = 0; ky < kh; ky++) {
+                long long iy = oy * sh - pt + ky * dh;
+                for (long long kx = 0; kx < kw; kx++) {
+                    long long ix = ox * sw - pl + kx * dw;
+                    int inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                    dst[(ky * kw + kx) * MR] = inside ? xb + ((b * h + iy - lo) * w + ix) * cp : zeros;
+                }
+            }
+        }
+        run_rows_bf16(rows, ntaps, ptrs, cp / 2, wp, oc, bias, res ? res + m0 * oc : NULL, out + m0 * oc, act);
+    }
+    free(ptrs);
+    free(xb);
+    return 0;
+}
+#endif /* SK_BF16 */
+
 /* A trivial module init, so setuptools can build this file as an extension; Python never imports it. */
-#if SK_ISA == 512
+#if SK_BF16
+void *PyInit__sk_avx512bf16(void) { return 0; }
+#elif SK_ISA == 512
 void *PyInit__sk_avx512(void) { return 0; }
 #else
 void *PyInit__sk_avx2(void) { return 0; }
