@@ -12,11 +12,11 @@ under inference_mode (torch.set_num_threads), ONNX Runtime with intra_op_num_thr
 builds each case's torch twin with a fixed seed and writes its weights, inputs and ONNX export to a temporary
 folder (bench/runtime_cases.py); the workers (bench/runtime_worker.py, started as `runtime.py --worker LIB`) load
 those, warm up, and then time blocks of calls when told to, in rounds that alternate the libraries. A library's
-figure is the median over rounds of its blocks' median call in milliseconds. A column is "n/a" when its library
-is missing (onnxruntime: the `bench` extra; serve.inference) or cannot run the case. GFLOP/s divide the model's
-FLOPs (2 * MACs of convolutions, linear layers and attention products, counted on serve's model) by the time,
-against the fp32 GEMM peak measured in the same run: numpy's one-threaded OpenBLAS on each of serve's 2 lanes,
-and torch.mm on 2 threads (2048^3 products, best of 3).
+figure is the median over rounds of its blocks' median call in milliseconds (tables: bench/runtime_report.py).
+A column is "n/a" when its library is missing (onnxruntime: the `bench` extra; serve.inference) or cannot run the
+case. GFLOP/s divide the model's FLOPs (2 * MACs of convolutions, linear layers and attention products, counted on
+serve's model) by the time, against the fp32 GEMM peak measured in the same run: numpy's one-threaded OpenBLAS on
+each of serve's 2 lanes, and torch.mm on 2 threads (2048^3 products, best of 3).
 """
 
 from __future__ import annotations
