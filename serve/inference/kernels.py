@@ -6,6 +6,8 @@ Convolutions:
 - `gemm_nhwc`: a 1x1 stride-1 unpadded convolution as one BLAS product over channels-last pixels.
 - `native_nhwc` / `native_depthwise`: serve's C kernels (serve.backend.cpu_native) on channels-last input, bias,
   activation and all in the product's epilogue, no im2col copy; split across the lanes by output pixels.
+- `native_nhwc_bf16` (and `native_bf16` for linear layers): the same with bfloat16 operands and float32
+  accumulation, on CPUs with AVX512-BF16, when the plan was asked for bfloat16 products.
 
 Linear layers:
 - `blas`: the weight transposed once to (in, out), one BLAS product, bias in place, the activation module.
@@ -42,6 +44,16 @@ def native() -> Any:
     return cpu_native if cpu_native.available() else None
 
 
+def bf16_products() -> bool:
+    """Whether this CPU runs the native bfloat16 products (AVX512-BF16)."""
+    nat = native()
+    return nat is not None and nat.bf16_available()
+
+
+def _bf16(layer: Any) -> bool:
+    return layer.product_dtype == "bfloat16" and bf16_products()
+
+
 def channels_last(x: np.ndarray) -> np.ndarray:
     """x (N, C, H, W) as a C-contiguous (N, H, W, C) array: free when x already is a channels-last view."""
     t = x.transpose(0, 2, 3, 1)
@@ -73,13 +85,13 @@ def conv_gemm_nhwc(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
     return y.reshape(n, h, w, -1).transpose(0, 3, 1, 2)
 
 
-def conv_native(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
+def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32") -> np.ndarray:
     nat = native()
     xl = channels_last(x)
     n = xl.shape[0]
     oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
     out = np.empty((n, oh, ow, layer.out_channels), np.float32)
-    packed = layer.packed()
+    packed = layer.packed(dtype)
     per_pixel = 2 * layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
 
     def part(p0: int, p1: int) -> None:
@@ -112,6 +124,11 @@ CONV_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedConv2d], bool]]] = 
     "gemm_nhwc": (conv_gemm_nhwc, False, lambda layer: layer.is_pointwise()),
     "native_nhwc": (conv_native, True, lambda layer: native() is not None and layer.groups == 1),
     "native_depthwise": (conv_native_depthwise, True, lambda layer: native() is not None and layer.is_depthwise()),
+    "native_nhwc_bf16": (
+        lambda layer, x: conv_native(layer, x, "bfloat16"),
+        True,
+        lambda layer: layer.groups == 1 and _bf16(layer),
+    ),
 }
 
 
@@ -124,11 +141,11 @@ def linear_blas(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
     return y
 
 
-def linear_native(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
+def linear_native(layer: PlannedLinear, x2: np.ndarray, dtype: str = "float32") -> np.ndarray:
     nat = native()
     m = x2.shape[0]
     out = np.empty((m, layer.out_features), np.float32)
-    packed = layer.packed()
+    packed = layer.packed(dtype)
 
     def part(r0: int, r1: int) -> None:
         nat.gemm(x2, packed, bias=layer.bias, act=layer.act or "none", out=out, rows=(r0, r1))
@@ -140,4 +157,5 @@ def linear_native(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
 LINEAR_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedLinear], bool]]] = {
     "blas": (linear_blas, False, lambda layer: True),
     "native": (linear_native, True, lambda layer: native() is not None),
+    "native_bf16": (lambda layer, x: linear_native(layer, x, "bfloat16"), True, lambda layer: _bf16(layer)),
 }

@@ -26,7 +26,7 @@ import numpy as np
 
 from serve.inference import capture, kernels
 from serve.inference import passes as rewriting
-from serve.inference.planned import RTOL, _Fused
+from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.nn.module import Module
 from serve.tensor.grad_mode import is_grad_enabled, no_grad
 from serve.tensor.tensor import Tensor
@@ -74,11 +74,13 @@ class OptimizedModule:
     """The plan in front of a module: same call signature, same results (within 1e-4), eager when refused."""
 
     def __init__(self, model: Module, *, tune: bool = True, check: bool = True,
-                 passes: tuple[str, ...] = rewriting.PASSES) -> None:  # fmt: skip
+                 passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32") -> None:  # fmt: skip
         self.original = model
         self.optimized = False
         self.reason: str | None = "not planned yet: the plan is made at the first call or warm()"
         self._tune, self._check, self._passes = tune, check, tuple(passes)
+        self.products = _products(dtype)
+        self._rtol = BF16_RTOL if self.products == "bfloat16" else RTOL
         self._plan: Module | None = None
         self._refused = False
         self._rewrite: rewriting.Rewrite | None = None
@@ -132,14 +134,14 @@ class OptimizedModule:
             del trace
             plan = rewriting.rewrite_tree(self.original, self._rewrite)
             for layer in self._rewrite.fused.values():
-                layer.tune = self._tune
-                if getattr(layer, "group", None) is not None:
-                    layer.group.combined.tune = self._tune
+                layers = [layer] + ([layer.group.combined] if getattr(layer, "group", None) is not None else [])
+                for each in layers:
+                    each.tune, each.product_dtype = self._tune, self.products
             out = plan(*args, **kwargs)
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")
             return self.original(*args, **kwargs)
-        why = mismatch(out, eager_out) if self._check else None
+        why = mismatch(out, eager_out, self._rtol) if self._check else None
         if why is not None:
             self._refuse(f"the plan's output differs from eager on the example input: {why}")
             return eager_out
@@ -155,7 +157,7 @@ class OptimizedModule:
         except Exception as e:
             self._refuse(f"the plan failed on a warm-up input ({type(e).__name__}: {e})")
             return
-        why = mismatch(got, want)
+        why = mismatch(got, want, self._rtol)
         if why is not None:
             self._refuse(f"the plan's output differs from eager for inputs {_shapes(args, kwargs)}: {why}")
 
@@ -186,9 +188,21 @@ class OptimizedModule:
             "layers": len(self.layers()),
             "kernels": chosen,
             "native": None if nat is None else nat.isa(),
+            "products": self.products,
             "warmed": list(self._warmed),
             "plan_seconds": round(self._plan_s, 3),
         }
+
+
+def _products(dtype: str) -> str:
+    """The dtype of the plan's products: bfloat16 only where the CPU has AVX512-BF16 (else float32, logged)."""
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"optimize(dtype={dtype!r}): the CPU plan's products are float32 or bfloat16")
+    if dtype == "bfloat16" and not kernels.bf16_products():
+        log.warning("bfloat16 products asked for, but this CPU has no AVX512-BF16 (or serve's native kernels did not "
+                    "load): the plan computes in float32")  # fmt: skip
+        return "float32"
+    return dtype
 
 
 def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
@@ -196,11 +210,14 @@ def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
 
 
 def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tune: bool = True,
-             check: bool = True, passes: tuple[str, ...] = rewriting.PASSES) -> OptimizedModule:  # fmt: skip
+             check: bool = True, passes: tuple[str, ...] = rewriting.PASSES,
+             dtype: str = "float32") -> OptimizedModule:  # fmt: skip
     """Make `model`'s inference plan (see the module docstring). `example_inputs` (a tensor or a tuple of the
     forward's positional arguments) plans, tunes and checks now; without it, the first call does. `passes`
     (a subset of fold, fuse, group, pool) is for measuring what each buys; `tune=False` takes each layer's
-    preferred kernel without timing; `check=False` skips the comparison with eager (tests and benchmarks)."""
+    preferred kernel without timing; `check=False` skips the comparison with eager (tests and benchmarks).
+    `dtype="bfloat16"` lets the products run on bfloat16 operands with float32 accumulation where the CPU has
+    AVX512-BF16 (float32 elsewhere, logged); its check against eager is then 1e-2 instead of 1e-4."""
     if not isinstance(model, Module):
         raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
     if model.training:
@@ -208,7 +225,7 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     unknown = set(passes) - set(rewriting.PASSES)
     if unknown:
         raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(rewriting.PASSES)}")
-    opt = OptimizedModule(model, tune=tune, check=check, passes=passes)
+    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype)
     if example_inputs is not None:
         opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
     return opt

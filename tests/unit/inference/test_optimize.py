@@ -281,3 +281,22 @@ def test_passes_can_be_switched_off_one_at_a_time():
     assert fold_only.describe()["passes"]["bn_folded"] == 20 and fold_only.describe()["passes"]["act_fused"] == 0
     with pytest.raises(ValueError, match="unknown passes"):
         optimize(model, (x,), passes=("winograd",))
+
+
+def test_bfloat16_products_where_the_cpu_has_them():
+    model = _randomize_norms(resnet18(num_classes=10))
+    x = _image(2, 32)
+    with serve.no_grad():
+        want = model(x)
+        opt = optimize(model, (x,), dtype="bfloat16")
+        got = opt(x)
+    assert opt.optimized, opt.reason
+    info = opt.describe()
+    if kernels.bf16_products():
+        assert info["products"] == "bfloat16"
+        assert any(name.endswith("_bf16") for name in info["kernels"])
+    else:  # no AVX512-BF16 here: the plan computes in float32, as logged
+        assert info["products"] == "float32"
+    assert_rel_close(got, want, 1e-2)
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        optimize(model, dtype="float16")
