@@ -384,8 +384,10 @@ int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, l
  * Packed bf16 weight: column panels of NR = 32, K padded to even (per tap, for convolutions), pairs (k, k + 1) of
  * each column interleaved, as vdpbf16ps reads them:
  *   packed[panel][k / 2][j][k % 2] = bf16(w[k][panel * NR + j]).
- * The fp32 left operand is rounded to bf16 (nearest even) on the fly: per block of rows for GEMM, and once per
- * call, over the input rows the call's output pixels read, for convolution (channels padded to even). Products
+ * The fp32 left operand is rounded to bf16 (nearest even) on the fly: per block of rows for GEMM; for convolution
+ * into a per-call NHWC buffer (channels padded to even) of the input rows the call's pixels read, each block of
+ * SUPER * MR pixels converting the rows it reads first, so each input row is converted once and still hot in
+ * cache when the block multiplies it. Products
  * accumulate in fp32 (vdpbf16ps); the epilogue is the fp32 one. */
 #if SK_BF16
 #if SK_ISA != 512
@@ -487,22 +489,34 @@ int SK_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long 
     hi = b1 * h + (hi < 0 ? 0 : hi > h ? h : hi);
     if (hi < lo)
         hi = lo;
-    bf16 *xb = malloc(sizeof(bf16) * (size_t)((hi - lo) * w * cp + cp));
+    /* xb holds input rows lo .. hi - 1 (pixels of cp channels), then a zero pixel, then one fp32 row's bf16 */
+    bf16 *xb = malloc(sizeof(bf16) * (size_t)((hi - lo) * w * cp + cp + w * c));
     const bf16 **ptrs = malloc(sizeof(*ptrs) * (size_t)ntaps * SUPER * MR);
     if (!xb || !ptrs) {
         free(xb);
         free(ptrs);
         return -1;
     }
-    bf16 *zeros = xb + (hi - lo) * w * cp;
+    bf16 *zeros = xb + (hi - lo) * w * cp, *row = zeros + cp;
     memset(zeros, 0, sizeof(bf16) * (size_t)cp);
-    if (cp == c)
-        to_bf16(x + lo * w * c, (hi - lo) * w * c, xb, (hi - lo) * w * c);
-    else
-        for (long long i = 0; i < (hi - lo) * w; i++)
-            to_bf16(x + (lo * w + i) * c, c, xb + i * cp, cp);
+    long long done = lo; /* input rows lo .. done - 1 are converted: each block converts what it newly reads */
     for (long long m0 = p0; m0 < p1; m0 += SUPER * MR) {
         long long rows = p1 - m0 < SUPER * MR ? p1 - m0 : SUPER * MR;
+        long long last = m0 + rows - 1, bl = last / (oh * ow), oyl = (last / ow) % oh;
+        long long need = oyl * sh - pt + (kh - 1) * dh + 1;
+        need = bl * h + (need < 0 ? 0 : need > h ? h : need);
+        for (; done < need; done++) {
+            bf16 *dst = xb + (done - lo) * w * cp;
+            if (cp == c) {
+                to_bf16(x + done * w * c, w * c, dst, w * c);
+            } else {
+                to_bf16(x + done * w * c, w * c, row, w * c);
+                for (long long i = 0; i < w; i++, dst += cp) {
+                    memcpy(dst, row + i * c, sizeof(bf16) * (size_t)c);
+                    dst[c] = 0;
+                }
+            }
+        }
         long long padded = (rows + MR - 1) / MR * MR;
         for (long long i = 0; i < padded; i++) {
             long long pix = m0 + (i < rows ? i : i - i % MR);

@@ -107,8 +107,14 @@ def test_gemm_bf16_epilogues(act, with_extras):
     assert_close(out, loose, 1e-2)
 
 
+BIG_CASES = [  # several blocks of 96 pixels, blocks crossing samples: the input converted block by block
+    (2, 17, 13, 5, 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    (3, 16, 15, 24, 33, (5, 3), (2, 1), (2, 2, 0, 1), (1, 2)),
+]
+
+
 @needs_bf16
-@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("case", CONV_CASES + BIG_CASES)
 @pytest.mark.parametrize("act", ["none", "relu", "gelu", "hardswish"])
 def test_conv2d_bf16_matches_float64(case, act):
     rng = np.random.default_rng(1)
