@@ -16,7 +16,7 @@ figure is the median over rounds of its blocks' median call in milliseconds (tab
 A column is "n/a" when its library is missing (onnxruntime: the `bench` extra; serve.inference) or cannot run the
 case. GFLOP/s divide the model's FLOPs (2 * MACs of convolutions, linear layers and attention products, counted on
 serve's model) by the time, against the fp32 GEMM peak measured in the same run: numpy's one-threaded OpenBLAS on
-each of serve's 2 lanes, and torch.mm on 2 threads (2048^3 products, best of 3).
+each of serve's 2 lanes, and torch.mm on 2 threads (2048^3 products, best of 5).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def main() -> None:
     command = "python bench/runtime.py " + " ".join(sys.argv[1:])
     meta = {"command": command.strip(), "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
             "threads": THREADS, "python": platform.python_version(), "numpy": np.__version__,
-            "cpus": os.cpu_count(), "load": load, "rounds": args.rounds}  # fmt: skip
+            "cpus": os.cpu_count(), "load": load, "load_end": os.getloadavg()[0], "rounds": args.rounds}  # fmt: skip
     text = report.tables(rows, peaks, meta, args.load)
     print(text)
     if args.write:

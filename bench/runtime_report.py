@@ -76,7 +76,8 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
     peak = max([p for p in (peak_np, peak_t) if p] or [0.0])
     lines = [
         f"`{meta['command']}` on {meta['date']}, {meta['cpu']} ({meta['cpus']} CPUs, 1-minute load average "
-        f"{meta['load']:.1f} at the start; Python {meta['python']}, numpy {meta['numpy']}): median over "
+        f"{meta['load']:.1f} at the start, {meta.get('load_end', meta['load']):.1f} at the end; Python "
+        f"{meta['python']}, numpy {meta['numpy']}): median over "
         f"{meta['rounds']} rounds of each library's median call, milliseconds per forward call. Each library in its "
         f"own process on {meta['threads']} threads: serve {_version(rows, 'serve')} eager under no_grad, serve "
         f"optimized (serve.inference.optimize), PyTorch {_version(rows, 'torch')} eager under inference_mode, ONNX "
@@ -92,7 +93,8 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
         e, o, t, x = (ms(r, lib) for lib in LIBS)
         cells = [fmt_ms(v) for v in (e, o, t, x)] + [ratio(o, t), ratio(o, x), ratio(e, t), case.target]
         lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
-    lines += ["", f"GFLOP/s reached (in brackets: % of the higher GEMM peak, {_gflops(peak)} GFLOP/s):", "",
+    lines += ["", f"GFLOP/s reached (in brackets: % of the higher measured GEMM figure, {_gflops(peak)} GFLOP/s; above "
+              "100% a library's kernels outrun both measured GEMMs):", "",
               "| model | GFLOP per call | serve eager | serve optimized | PyTorch | ORT |",
               "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for case, r in rows:

@@ -154,7 +154,7 @@ def profile(case: Case, folder: Path, threads: int, calls: int) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(20)
 
 
-def gemm(lib: str, threads: int, reps: int = 3) -> None:
+def gemm(lib: str, threads: int, reps: int = 5) -> None:
     """fp32 GEMM peak in GFLOP/s, best of `reps`: numpy's one-threaded OpenBLAS on each of serve's `threads` lanes
     (one 2048^3 product per lane, all at once), or torch.mm of one 2048^3 product on `threads` threads."""
     rng = np.random.default_rng(0)
