@@ -66,6 +66,7 @@ class BaseHandler:
         self.mapping: dict[str, Any] | None = None
         self.device: Any = None
         self.dtype: Any = serve.float32  # the model's floating-point dtype (model-config `dtype`)
+        self.product_dtype = "float32"  # the inference plan's products ("bfloat16": model-config dtype on the CPU)
         self.initialized = False
         self.context: Context | None = None
         self.manifest: dict[str, Any] | None = None
@@ -86,6 +87,13 @@ class BaseHandler:
         self.handler_config = self.model_yaml_config.get("handler") or {}
         self.device = select_device(properties.get("gpu_id"))
         self.dtype = model_dtype(self.model_yaml_config)
+        if self.dtype is serve.bfloat16 and self.device.type == "cpu":
+            # on the CPU, bfloat16 is a product precision, not a storage one: weights and activations stay
+            # float32 and the worker's inference plan multiplies in bfloat16 (float32 accumulation) where the CPU
+            # has AVX512-BF16; elsewhere, and with `optimize: false`, everything runs in float32
+            self.dtype, self.product_dtype = serve.float32, "bfloat16"
+            logger.info("dtype bfloat16 on the CPU: float32 weights and activations, bfloat16 products in the "
+                        "inference plan where the CPU has AVX512-BF16 (float32 elsewhere)")  # fmt: skip
         self.model = self.convert_model(self.load_model(context))
         self.mapping = load_label_mapping(self.model_dir / "index_to_name.json")
         self.initialized = True

@@ -86,7 +86,7 @@ def _optimize(handler: Any, model: Any, config: Mapping[str, Any] | None, batch_
     settings = optimize_settings(config)  # checked by _refusal already
     from serve.inference import optimize  # here: a worker that runs eagerly never imports it
 
-    opt = optimize(model)
+    opt = optimize(model, dtype=getattr(handler, "product_dtype", "float32"))
     handler.model = opt
     warmed = _warm(handler, opt, batch_size, settings.warmup_s)
     if isinstance(warmed, str):  # the warm-up raised: back to the eager model

@@ -49,7 +49,7 @@ def fake_inference(monkeypatch):
     module = types.ModuleType("serve.inference")
     made: list[FakeOptimized] = []
 
-    def optimize(model: Any, example_inputs: Any = None) -> FakeOptimized:
+    def optimize(model: Any, example_inputs: Any = None, dtype: str = "float32") -> FakeOptimized:
         made.append(FakeOptimized(model))
         return made[-1]
 
@@ -141,7 +141,7 @@ def test_an_optimizer_that_raises_keeps_the_eager_model(fake_inference, monkeypa
     assert handler.model is model
     assert report["optimized"] is False and "warming batch size 2" in report["reason"]
 
-    def broken(model: Any, example_inputs: Any = None) -> Any:
+    def broken(model: Any, example_inputs: Any = None, dtype: str = "float32") -> Any:
         raise TypeError("cannot capture")
 
     monkeypatch.setattr(sys.modules["serve.inference"], "optimize", broken)
@@ -150,7 +150,7 @@ def test_an_optimizer_that_raises_keeps_the_eager_model(fake_inference, monkeypa
 
 
 def test_a_refused_plan_is_reported(fake_inference, monkeypatch):
-    def refusing(model: Any, example_inputs: Any = None) -> FakeOptimized:
+    def refusing(model: Any, example_inputs: Any = None, dtype: str = "float32") -> FakeOptimized:
         opt = FakeOptimized(model)
         opt.optimized, opt.reason = False, "data-dependent control flow"
         return opt
@@ -223,3 +223,17 @@ def test_text_examples_are_what_inference_passes():
     assert len(text_handler(TextClassifier, pass_mask=True).example_inputs(3)) == 2
     [ids] = text_handler(TextClassifier, pass_mask=False).example_inputs(3)
     assert tuple(ids.shape) == (3, 6)
+
+
+def test_the_handler_s_product_dtype_reaches_the_plan(fake_inference, monkeypatch):
+    seen: list[str] = []
+
+    def recording(model: Any, example_inputs: Any = None, dtype: str = "float32") -> FakeOptimized:
+        seen.append(dtype)
+        return FakeOptimized(model)
+
+    monkeypatch.setattr(sys.modules["serve.inference"], "optimize", recording)
+    handler = handler_with(Mlp().eval())
+    handler.product_dtype = "bfloat16"  # what BaseHandler sets for `dtype: bfloat16` on the CPU
+    optimize_handler(handler, {}, 1, None)
+    assert seen == ["bfloat16"]
