@@ -4,9 +4,10 @@ the kernel for each input shape chosen by timing, and `Skip`, which stands where
 `PlannedConv2d`/`PlannedLinear` time every kernel that can run them (serve.inference.kernels) the first time they
 see an input shape and layout, check each against the reference kernel (numpy, eager's own code) and keep the
 fastest that agrees: per-layer algorithm choice as `cudnn.benchmark` makes it, on the shapes the model really
-sees. A fused layer remembers (per thread) the tensor it returned last; the `Skip` standing for its batch norm or
-activation passes that very tensor through unchanged, and runs the original module on anything else, so a
-module shared between call sites (ResNet's one `relu`) is skipped only where it was fused.
+sees. A fused layer marks each tensor it returns (until that tensor is freed); the `Skip` standing for its batch
+norm or activation passes such a tensor through when it is still unchanged (same storage version), and runs the
+original module on anything else, so a module shared between call sites (ResNet's one `relu`) is skipped only
+where it was fused, whatever order the calls come in.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from serve.tensor.tensor import Tensor
 __all__ = ["LinearGroup", "PlannedConv2d", "PlannedLinear", "Skip", "fold_batch_norm"]
 
 log = logging.getLogger(__name__)
+# every live tensor a fused layer returned: id -> (weakref, storage version then, the layer). The entry goes with
+# the tensor (the weakref's callback), so an id reused by a later object never matches a stale mark
+_MARKS: dict[int, tuple[weakref.ref, int, Any]] = {}
 RTOL = 1e-4  # a kernel is kept only when it agrees with the reference this closely (relative to the output's max)
 BF16_RTOL = 1e-2  # a bfloat16 product's operands carry 8 bits of mantissa: the issue's 1e-2 on logits
 _TIME_REPS = 2
@@ -78,16 +82,20 @@ class _Fused(Module):
         self._packed: dict[str, Any] = {}  # the native kernels' packed weight, per product dtype
         self.product_dtype = "float32"  # "bfloat16": the plan may also choose bf16 products (fp32 accumulation)
         self._lock = threading.Lock()
-        self._local = threading.local()
 
     # -- what Skip asks -------------------------------------------------------------------------------------
     def _mark(self, y: Tensor) -> None:
-        self._local.last = (weakref.ref(y), versions.version(y._data))
+        key = id(y)
+
+        def forget(_: Any) -> None:
+            _MARKS.pop(key, None)
+
+        _MARKS[key] = (weakref.ref(y, forget), versions.version(y._data), self)
 
     def produced(self, t: Any) -> bool:
-        """True when `t` is, unchanged, the tensor this layer returned last on this thread."""
-        last = getattr(self._local, "last", None)
-        return last is not None and last[0]() is t and versions.version(t._data) == last[1]
+        """True when `t` is a tensor this layer returned, unchanged since."""
+        mark = _MARKS.get(id(t))
+        return mark is not None and mark[2] is self and mark[0]() is t and versions.version(t._data) == mark[1]  # type: ignore[union-attr]
 
     # -- packed weights, made once -------------------------------------------------------------------------
     def weight_kn(self) -> np.ndarray:

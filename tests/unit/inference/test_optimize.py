@@ -300,3 +300,28 @@ def test_bfloat16_products_where_the_cpu_has_them():
     assert_rel_close(got, want, 1e-2)
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         optimize(model, dtype="float16")
+
+
+class _TwoCallsThenNorms(nn.Module):
+    """The conv runs twice before either batch norm: each Skip must still know its own producer's outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        if x.shape[0] == 1:  # the example: conv, bn, conv, bn
+            return self.bn(self.conv(x)) + self.bn(self.conv(x * 2))
+        a = self.conv(x)
+        b = self.conv(x * 2)
+        return self.bn(a) + self.bn(b)
+
+
+def test_folded_norms_skip_by_tensor_not_by_call_order():
+    model = _randomize_norms(_TwoCallsThenNorms())
+    with serve.no_grad():
+        opt = optimize(model, (_image(1, 8),))
+        assert opt.describe()["passes"]["bn_folded"] == 1
+        x = _image(2, 8)
+        assert_rel_close(opt(x), model(x), 1e-4)
