@@ -425,8 +425,8 @@ def max_pool_nhwc(
 ) -> np.ndarray:
     """Max pooling of x (N, H, W, C) float32, PyTorch semantics: padding counts as -inf, dilation 1, floor mode.
     kernel / stride are ints or (h, w) pairs (stride None = kernel); padding an int, (h, w), or (top, bottom, left,
-    right), each smaller than the kernel. out (N, OH, OW, C); `pixels=(p0, p1)` as in conv2d_nhwc. Unlike PyTorch,
-    a NaN in a window is not guaranteed to propagate (vmaxps keeps the running maximum when it meets a NaN)."""
+    right), each smaller than the kernel. out (N, OH, OW, C); `pixels=(p0, p1)` as in conv2d_nhwc. A NaN in a
+    window gives NaN, as in PyTorch."""
     lib = _need()
     op = "max_pool_nhwc"
     kh, kw = _pair(op, "kernel", kernel)

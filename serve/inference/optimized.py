@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from serve.inference import capture, kernels
+from serve.inference import kernels as _kernels
 from serve.inference import passes as rewriting
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.nn.module import Module
@@ -74,11 +75,13 @@ class OptimizedModule:
     """The plan in front of a module: same call signature, same results (within 1e-4), eager when refused."""
 
     def __init__(self, model: Module, *, tune: bool = True, check: bool = True,
-                 passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32") -> None:  # fmt: skip
+                 passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32",
+                 kernels: tuple[str, ...] | None = None) -> None:  # fmt: skip
         self.original = model
         self.optimized = False
         self.reason: str | None = "not planned yet: the plan is made at the first call or warm()"
         self._tune, self._check, self._passes = tune, check, tuple(passes)
+        self._kernels = None if kernels is None else set(kernels)
         self.products = _products(dtype)
         self._rtol = BF16_RTOL if self.products == "bfloat16" else RTOL
         self._plan: Module | None = None
@@ -136,7 +139,7 @@ class OptimizedModule:
             for layer in self._rewrite.fused.values():
                 layers = [layer] + ([layer.group.combined] if getattr(layer, "group", None) is not None else [])
                 for each in layers:
-                    each.tune, each.product_dtype = self._tune, self.products
+                    each.tune, each.product_dtype, each.allowed = self._tune, self.products, self._kernels
             out = plan(*args, **kwargs)
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")
@@ -210,14 +213,16 @@ def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
 
 
 def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tune: bool = True,
-             check: bool = True, passes: tuple[str, ...] = rewriting.PASSES,
-             dtype: str = "float32") -> OptimizedModule:  # fmt: skip
+             check: bool = True, passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32",
+             kernels: tuple[str, ...] | None = None) -> OptimizedModule:  # fmt: skip
     """Make `model`'s inference plan (see the module docstring). `example_inputs` (a tensor or a tuple of the
     forward's positional arguments) plans, tunes and checks now; without it, the first call does. `passes`
     (a subset of fold, fuse, group, pool) is for measuring what each buys; `tune=False` takes each layer's
     preferred kernel without timing; `check=False` skips the comparison with eager (tests and benchmarks).
     `dtype="bfloat16"` lets the products run on bfloat16 operands with float32 accumulation where the CPU has
-    AVX512-BF16 (float32 elsewhere, logged); its check against eager is then 1e-2 instead of 1e-4."""
+    AVX512-BF16 (float32 elsewhere, logged); its check against eager is then 1e-2 instead of 1e-4. `kernels`
+    limits the kernels each layer may choose among (serve.inference.kernels' names; the numpy reference kernel
+    always stays), to measure what each one buys."""
     if not isinstance(model, Module):
         raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
     if model.training:
@@ -225,7 +230,10 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     unknown = set(passes) - set(rewriting.PASSES)
     if unknown:
         raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(rewriting.PASSES)}")
-    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype)
+    known = set(_kernels.CONV_KERNELS) | set(_kernels.LINEAR_KERNELS)
+    if kernels is not None and set(kernels) - known:
+        raise ValueError(f"unknown kernels {sorted(set(kernels) - known)}: choose among {sorted(known)}")
+    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels)
     if example_inputs is not None:
         opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
     return opt

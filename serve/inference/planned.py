@@ -75,7 +75,8 @@ class _Fused(Module):
         self.weight, self.bias = np.ascontiguousarray(weight), bias
         self.act_module = act_module  # registered as a child, so the plan's repr shows it
         self.act = None if act_module is None else kernels_act(act_module)
-        self.tune = True  # time the kernels at a new shape (else take the first that applies)
+        self.tune = True  # time the kernels at a new shape (else take the last that applies)
+        self.allowed: set[str] | None = None  # the kernels it may choose among (None: all)
         self.choices: dict[tuple, str] = {}
         self.timings: dict[tuple, dict[str, float]] = {}
         self._weight_kn: np.ndarray | None = None
@@ -121,7 +122,10 @@ class _Fused(Module):
         return y
 
     def _candidates(self) -> list[str]:
-        return [name for name, (_, _, applies) in self.KERNELS.items() if applies(self)]
+        names = [name for name, (_, _, applies) in self.KERNELS.items() if applies(self)]
+        if self.allowed is not None:  # the reference (first) kernel always stays
+            names = names[:1] + [n for n in names[1:] if n in self.allowed]
+        return names
 
     def _choose(self, key: tuple, x: Tensor, data: np.ndarray) -> str:
         names = self._candidates()

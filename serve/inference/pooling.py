@@ -2,9 +2,9 @@
 
 The eager max pool works on (N, C, H, W) planes; given the NCHW view of a channels-last result (what the native
 convolutions return) it walks memory across the grain. Here the pool runs on the (N, H, W, C) array itself:
-a separable max (along W, then along H) where every step is one vectorized maximum over rows of C contiguous
-channels, the lanes taking whole samples. Anything else (ceil_mode, indices, dilation, other layouts) runs the
-original module.
+serve's native kernel (vectorized over the contiguous channels, the lanes splitting the output pixels) or, without
+it, a separable max (along W, then along H) in numpy, one vectorized maximum over rows of channels per tap.
+Anything else (ceil_mode, indices, dilation, other layouts) runs the original module.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from serve.backend import cpu_threads
+from serve.inference import kernels
 from serve.inference.epilogue import wrap
 from serve.nn import MaxPool2d
 from serve.nn.module import Module
@@ -48,6 +49,7 @@ class PlannedMaxPool2d(Module):
         self.kernel, self.stride = _pair(pool.kernel_size), _pair(pool.stride or pool.kernel_size)
         self.padding = _pair(pool.padding)
         self.simple = _pair(pool.dilation) == (1, 1) and not pool.ceil_mode and not pool.return_indices
+        self.simple = self.simple and 2 * max(self.padding) <= min(self.kernel)  # PyTorch's own limit
 
     def forward(self, x: Any) -> Any:
         if not (self.simple and isinstance(x, Tensor) and x.ndim == 4 and x._dtype is dtypes.float32
@@ -62,6 +64,15 @@ class PlannedMaxPool2d(Module):
         if oh <= 0 or ow <= 0:
             return self.original(x)
         out = np.empty((n, oh, ow, c), np.float32)
+        nat = kernels.native()
+        if nat is not None:
+
+            def pixels(p0: int, p1: int) -> None:
+                nat.max_pool_nhwc(nhwc, self.kernel, self.stride, (ph, ph, pw, pw), out=out, pixels=(p0, p1))
+
+            big = nhwc.nbytes >= cpu_threads.SPLIT_BYTES
+            cpu_threads.parallel(pixels, cpu_threads.spans(n * oh * ow) if big else [(0, n * oh * ow)])
+            return wrap(out.transpose(0, 3, 1, 2), x)
 
         def part(i0: int, i1: int) -> None:
             xp = nhwc[i0:i1]

@@ -39,6 +39,8 @@ typedef __mmask16 VMask;
 #define vmul(a, b) _mm512_mul_ps((a), (b))
 #define vdiv(a, b) _mm512_div_ps((a), (b))
 #define vmax(a, b) _mm512_max_ps((a), (b))
+/* max(s, v) where a NaN in v or s wins (PyTorch's max pool propagates NaN; maxps alone returns its second operand) */
+#define vmax_nan(s, v) _mm512_mask_mov_ps(_mm512_max_ps((v), (s)), _mm512_cmp_ps_mask((v), (v), _CMP_UNORD_Q), (v))
 #define vmin(a, b) _mm512_min_ps((a), (b))
 #define vround(a) _mm512_roundscale_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define vpow2i(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23))
@@ -61,6 +63,7 @@ typedef __m256i VMask;
 #define vmul(a, b) _mm256_mul_ps((a), (b))
 #define vdiv(a, b) _mm256_div_ps((a), (b))
 #define vmax(a, b) _mm256_max_ps((a), (b))
+#define vmax_nan(s, v) _mm256_blendv_ps(_mm256_max_ps((v), (s)), (v), _mm256_cmp_ps((v), (v), _CMP_UNORD_Q))
 #define vmin(a, b) _mm256_min_ps((a), (b))
 #define vround(a) _mm256_round_ps((a), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define vpow2i(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23))
@@ -334,7 +337,8 @@ int SK_EXPORT(depthwise)(const float *x, long long nb, long long h, long long w,
 }
 
 /* Max pooling on NHWC (dilation 1, floor mode): the padding counts as -inf, so a window only takes the maximum
- * over its taps inside the image; vectorized over the contiguous channels, output pixels p0 <= p < p1. */
+ * over its taps inside the image; a NaN in a window gives NaN, as in PyTorch; vectorized over the contiguous
+ * channels, output pixels p0 <= p < p1. */
 int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, long long c, long long kh,
                        long long kw, long long sh, long long sw, long long pt, long long pl, long long oh,
                        long long ow, float *out, long long p0, long long p1) {
@@ -353,10 +357,10 @@ int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, l
             for (long long ky = ky0; ky < ky1; ky++)
                 for (long long kx = kx0; kx < kx1; kx++) {
                     const float *xp = xb + (ky * w + kx) * c + c0;
-                    s0 = vmax(s0, vload(xp));
-                    s1 = vmax(s1, vload(xp + VL));
-                    s2 = vmax(s2, vload(xp + 2 * VL));
-                    s3 = vmax(s3, vload(xp + 3 * VL));
+                    s0 = vmax_nan(s0, vload(xp));
+                    s1 = vmax_nan(s1, vload(xp + VL));
+                    s2 = vmax_nan(s2, vload(xp + 2 * VL));
+                    s3 = vmax_nan(s3, vload(xp + 3 * VL));
                 }
             vstore(o + c0, s0);
             vstore(o + c0 + VL, s1);
@@ -369,7 +373,7 @@ int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, l
             V s = ninf;
             for (long long ky = ky0; ky < ky1; ky++)
                 for (long long kx = kx0; kx < kx1; kx++)
-                    s = vmax(s, vload_m(xb + (ky * w + kx) * c + c0, m)); /* masked-off lanes are never stored */
+                    s = vmax_nan(s, vload_m(xb + (ky * w + kx) * c + c0, m)); /* masked-off lanes: never stored */
             if (n == VL)
                 vstore(o + c0, s);
             else

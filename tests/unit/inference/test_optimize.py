@@ -325,3 +325,20 @@ def test_folded_norms_skip_by_tensor_not_by_call_order():
         assert opt.describe()["passes"]["bn_folded"] == 1
         x = _image(2, 8)
         assert_rel_close(opt(x), model(x), 1e-4)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_planned_max_pool_propagates_nan_like_eager(native, monkeypatch):
+    from serve.inference.pooling import PlannedMaxPool2d
+
+    if not native:
+        monkeypatch.setattr(kernels, "native", lambda: None)
+    pool = nn.MaxPool2d(3, 2, 1)
+    a = RNG.standard_normal((2, 9, 9, 20)).astype(np.float32)
+    a[0, 4, 4, 3] = np.nan
+    a[1, 0, 0, 19] = np.nan
+    with serve.no_grad():
+        got = PlannedMaxPool2d(pool)(serve.from_numpy(a).permute(0, 3, 1, 2)).numpy()
+        want = pool(serve.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)))).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
