@@ -30,6 +30,10 @@ class BenchHandler(BaseHandler):
         model.load_state_dict(find_state_dict(serve.load(self.model_dir / serialized)))
         return model.eval()
 
+    def example_inputs(self, batch_size: int) -> tuple | None:
+        """What the anchor's clients send, so the worker warms the optimized model for each batch size."""
+        return (self.example_tensor((batch_size, 3, 224, 224) if self.kind == "resnet18" else (batch_size, 64)),)
+
     def preprocess(self, data: list[Any]) -> Any:
         _, rows = self.decode_rows(data, _decode)
         return serve.from_numpy(np.stack(rows)) if rows else None
