@@ -11,10 +11,14 @@
 
 ARG BASE_IMAGE=python:3.11-slim
 
-# ---- builder: a wheel of serve (pure Python; the image never sees the sources) ----
+# ---- builder: a wheel of serve with its native CPU kernels compiled in (the image never sees the sources) ----
 FROM python:3.11-slim AS builder
+# gcc builds serve's native kernels (setup.py); the runtime stage gets only the compiled libraries in the wheel
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev && \
+    rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY serve ./serve
 COPY handlers ./handlers
 COPY docker/install.sh /usr/local/bin/serve-install

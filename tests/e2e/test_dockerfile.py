@@ -243,6 +243,11 @@ def test_replay_install_and_serve(tmp_path: Path) -> None:
     assert not installed & {"torch", "pytest", "httpx", "torch-model-archiver", "grpcio-tools"}, installed
     probe = "import importlib.util as u; print(u.find_spec('torch') is None)"
     assert run([py, "-c", probe]).stdout.strip() == "True"
+    # the wheel carries the native kernels the builder compiled: the image loads them where this machine does
+    from serve.backend import cpu_native
+
+    probe = "from serve.backend import cpu_native; print(cpu_native.available())"
+    assert run([py, "-c", probe]).stdout.strip() == str(cpu_native.available())
 
     # the digits example archived with the venv's own model-archiver
     sys.path.insert(0, str(ROOT))
