@@ -124,12 +124,17 @@ def measure(case: rc.Case, folder: Path, args: argparse.Namespace, log: Path) ->
         calls = {lib: max(1, min(args.runs, int(share * 1e3 / workers[lib].info["ms"]))) for lib in live}
         for r in range(args.rounds):
             order = live[r % len(live) :] + live[: r % len(live)] if live else []
-            for lib in order:
-                out[lib]["idle"].append(workers[lib].block(calls[lib])["ms"])
-            if args.load:
-                with one_core_taken():
+            for key in ("idle", "load") if args.load else ("idle",):
+                with one_core_taken() if key == "load" else contextlib.nullcontext():
                     for lib in order:
-                        out[lib]["load"].append(workers[lib].block(calls[lib])["ms"])
+                        if lib not in live:
+                            continue
+                        reply = workers[lib].block(calls[lib])
+                        if "ms" in reply:
+                            out[lib][key].append(reply["ms"])
+                        else:  # the worker died: its column reads n/a from here on, with the reason in the notes
+                            out[lib].update(info=reply, idle=[], load=[])
+                            live.remove(lib)
     finally:
         for w in workers.values():
             w.close()
