@@ -38,9 +38,12 @@ def add_bias_(y: np.ndarray, bias: np.ndarray | None, channel_axis: int) -> None
     """y += bias along `channel_axis`, in place, the lanes taking whole samples of a big y."""
     if bias is None:
         return
-    shape = [1] * y.ndim
-    shape[channel_axis] = -1
-    b = bias.reshape(shape)
+    if channel_axis == y.ndim - 1:
+        b = bias  # broadcasts along the last axis as it is
+    else:
+        shape = [1] * y.ndim
+        shape[channel_axis] = -1
+        b = bias.reshape(shape)
     if y.nbytes < cpu_threads.SPLIT_BYTES or y.shape[0] < 2:
         np.add(y, b, out=y)
         return

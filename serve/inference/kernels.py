@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from serve.backend import cpu_threads
+from serve.backend import cpu_blas, cpu_threads, ops_cpu
 from serve.inference.epilogue import add_bias_
 
 if TYPE_CHECKING:
@@ -51,7 +51,12 @@ def bf16_products() -> bool:
 
 
 def _bf16(layer: Any) -> bool:
-    return layer.product_dtype == "bfloat16" and bf16_products()
+    """bfloat16 products for this layer: asked for, on a CPU that has them, and not where mixed precision keeps
+    float32 (the first and last product layers, and convolutions over fewer than 16 input channels, where the
+    bf16 pairs of a tap are mostly padding and the product is no faster)."""
+    if layer.product_dtype != "bfloat16" or layer.keep_float32 or not bf16_products():
+        return False
+    return getattr(layer, "groups", 1) == 1 and layer.weight.shape[1] >= 16
 
 
 def channels_last(x: np.ndarray) -> np.ndarray:
@@ -68,16 +73,12 @@ def _pixel_spans(pixels: int, flops_per_pixel: int) -> list[tuple[int, int]]:
 
 # ---- convolution -------------------------------------------------------------------------------------------
 def conv_im2col(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
-    from serve.backend import ops_cpu
-
     y = ops_cpu.conv2d(x, layer.weight, None, layer.stride, layer.padding, layer.dilation, layer.groups)
     add_bias_(y, layer.bias, 1)
     return y
 
 
 def conv_gemm_nhwc(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
-    from serve.backend import cpu_blas
-
     xl = channels_last(x)
     n, h, w, c = xl.shape
     y = cpu_blas.matmul(xl.reshape(-1, c), layer.weight_kn())  # (N*H*W, OC)
@@ -134,8 +135,6 @@ CONV_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedConv2d], bool]]] = 
 
 # ---- linear ------------------------------------------------------------------------------------------------
 def linear_blas(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
-    from serve.backend import cpu_blas
-
     y = cpu_blas.matmul(x2, layer.weight_kn())
     add_bias_(y, layer.bias, 1)
     return y

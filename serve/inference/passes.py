@@ -79,6 +79,7 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
     if unknown:
         raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(PASSES)}")
     rw = Rewrite(passes=tuple(passes))
+    names = {id(m): n for n, m in model.named_modules()}
     for name, module in model.named_modules():
         if not _plannable(module):
             continue
@@ -103,7 +104,11 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
         for folded, key in ((bn, "bn_folded"), (act, "act_fused")):
             if folded is not None:
                 rw.skipped.setdefault(id(folded), (folded, []))[1].append(planned)
+                planned.skipped = True
                 rw.counts[key] += 1
+    order = [rw.fused[names[id(c.module)]] for c in trace.calls if names.get(id(c.module)) in rw.fused]
+    if order:  # mixed precision keeps the first and the last product in float32
+        order[0].keep_float32 = order[-1].keep_float32 = True
     if "fuse" in passes:
         _fuse_transformer_activations(model, rw)
     if "group" in passes:

@@ -22,12 +22,13 @@ import numpy as np
 
 import serve
 from serve import nn
+from serve.backend import cpu_nn
 from serve.inference import kernels
 from serve.inference.epilogue import apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
 from serve.tensor import dtypes, versions
-from serve.tensor.grad_mode import is_grad_enabled
+from serve.tensor.grad_mode import state as grad_state
 from serve.tensor.tensor import Tensor
 
 __all__ = ["LinearGroup", "PlannedConv2d", "PlannedLinear", "Skip", "fold_batch_norm"]
@@ -77,6 +78,8 @@ class _Fused(Module):
         self.act = None if act_module is None else kernels_act(act_module)
         self.tune = True  # time the kernels at a new shape (else take the last that applies)
         self.allowed: set[str] | None = None  # the kernels it may choose among (None: all)
+        self.skipped = False  # whether Skips stand for modules folded into it (then its outputs are marked)
+        self.keep_float32 = False  # the model's first or last product layer: never bfloat16 products
         self.choices: dict[tuple, str] = {}
         self.timings: dict[tuple, dict[str, float]] = {}
         self._weight_kn: np.ndarray | None = None
@@ -106,20 +109,24 @@ class _Fused(Module):
 
     # -- running ---------------------------------------------------------------------------------------------
     def _plannable(self, x: Any) -> bool:
-        return (isinstance(x, Tensor) and x._dtype is dtypes.float32 and x._device.type == "cpu"
-                and not (is_grad_enabled() and x._requires_grad))  # fmt: skip
+        return (type(x) is Tensor and x._dtype is dtypes.float32 and x._device.type == "cpu"
+                and not (grad_state.enabled and x._requires_grad))  # fmt: skip
 
     def _run(self, x: Tensor, data: np.ndarray) -> Tensor:
-        key = (data.shape, data.strides)
-        name = self.choices.get(key)
+        name = self.choices.get((data.shape, data.strides))
         if name is None:
             with self._lock:
+                key = (data.shape, data.strides)
                 name = self.choices.get(key) or self._choose(key, x, data)
         fn, fused, _ = self.KERNELS[name]
-        y = wrap(fn(self, data), x)
-        if not fused:
-            y = apply_activation(y, self.act_module)
-        return y
+        out = fn(self, data)
+        if fused or self.act is None:
+            return wrap(out, x)
+        if self.act == "relu":  # eager's own kernels, in place: no module call on the hot path
+            return wrap(cpu_nn.relu_(out), x)
+        if self.act == "relu6":
+            return wrap(np.clip(out, 0.0, 6.0, out=out), x)
+        return apply_activation(wrap(out, x), self.act_module)
 
     def _candidates(self) -> list[str]:
         names = [name for name, (_, _, applies) in self.KERNELS.items() if applies(self)]
@@ -214,7 +221,8 @@ class PlannedConv2d(_Fused):
                                           self.groups)  # fmt: skip
             return apply_activation(y, self.act_module)
         y = self._run(x, x._data)
-        self._mark(y)
+        if self.skipped:
+            self._mark(y)
         return y
 
     def extra_repr(self) -> str:
@@ -250,17 +258,19 @@ class PlannedLinear(_Fused):
         return self._packed[dtype]
 
     def forward(self, x: Any) -> Tensor:
-        if not (self._plannable(x) and x.ndim >= 1 and x.shape[-1] == self.in_features and x.numel() > 0):
+        data: Any = getattr(x, "_data", None)
+        if not (self._plannable(x) and data.ndim >= 1 and data.shape[-1] == self.in_features and data.size):
             return apply_activation(F.linear(x, self._w_t, self._b_t), self.act_module)
         if self.group is not None:
             return self.group.output(self, x)
-        data = x._data
-        x2 = data.reshape(-1, self.in_features)
+        x2 = data if data.ndim == 2 else data.reshape(-1, self.in_features)
         if not x2.flags.c_contiguous:
             x2 = np.ascontiguousarray(x2)
         y = self._run(x, x2)
-        y = wrap(y._data.reshape(data.shape[:-1] + (self.out_features,)), x) if data.ndim != 2 else y
-        self._mark(y)
+        if data.ndim != 2:
+            y = wrap(y._data.reshape(data.shape[:-1] + (self.out_features,)), x)
+        if self.skipped:
+            self._mark(y)
         return y
 
     def extra_repr(self) -> str:
@@ -294,7 +304,8 @@ class LinearGroup:
             self._local.kept = kept
         c0, c1 = self.columns[id(member)]
         out = wrap(kept[2][..., c0:c1], x)
-        member._mark(out)
+        if member.skipped:
+            member._mark(out)
         return out
 
 
