@@ -16,7 +16,7 @@ import numpy as np
 from serve.backend import cpu_blas, cpu_threads
 
 __all__ = [
-    "bag_counts", "bag_ids", "bag_positions", "batch_norm_eval", "dropout_mask", "elu", "erfinv", "gelu",
+    "bag_counts", "bag_ids", "bag_positions", "batch_norm_eval", "binary_", "dropout_mask", "elu", "erfinv", "gelu",
     "hardsigmoid", "hardswish", "hardtanh", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "mish", "moments",
     "orthogonal", "relu_", "silu", "softplus", "standardize", "threshold",
 ]  # fmt: skip
@@ -156,8 +156,41 @@ def elu(a: np.ndarray, alpha: float, scale: float, input_scale: float) -> np.nda
     return out
 
 
+def _in_memory_order(a: np.ndarray, perm: list[int] | None = None) -> np.ndarray | None:
+    """a as a 1-D view in memory order when its elements fill one block in C order or a permutation of it (a
+    channels-last activation), else None. `perm` forces the axis order (another array's)."""
+    if perm is None and a.flags.c_contiguous:
+        return a.reshape(-1)
+    t = a.transpose(perm if perm is not None else sorted(range(a.ndim), key=lambda i: -a.strides[i]))
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+
+
+def binary_(name: str, a: np.ndarray, b: Any) -> np.ndarray:
+    """`a op= b` (op: add, sub, mul or div) into a's storage; a big a in blocks on the lanes, when b is a scalar
+    or an array of a's shape laid out as a is (channels-last activations included)."""
+    op = _BINARY[name]
+    if a.nbytes < cpu_threads.SPLIT_BYTES or cpu_threads.get_num_threads() == 1:
+        return op(a, b, out=a)
+    perm = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    fa = _in_memory_order(a, perm)
+    fb = b if not isinstance(b, np.ndarray) else (_in_memory_order(b, perm) if b.shape == a.shape else None)
+    if fa is None or fb is None:
+        return op(a, b, out=a)
+    if isinstance(fb, np.ndarray):
+        cpu_threads.parallel(lambda i0, i1: op(fa[i0:i1], fb[i0:i1], out=fa[i0:i1]),
+                             cpu_threads.memory_spans(fa.size, a.nbytes))  # fmt: skip
+    else:
+        cpu_threads.parallel(
+            lambda i0, i1: op(fa[i0:i1], fb, out=fa[i0:i1]), cpu_threads.memory_spans(fa.size, a.nbytes)
+        )
+    return a
+
+
 def relu_(a: np.ndarray) -> np.ndarray:
-    flat = a.reshape(-1) if a.flags.c_contiguous else None
+    flat = _in_memory_order(a)
     if flat is None or flat.nbytes < cpu_threads.SPLIT_BYTES:
         return np.maximum(a, 0, out=a)
     cpu_threads.parallel(lambda i0, i1: np.maximum(flat[i0:i1], 0, out=flat[i0:i1]), cpu_threads.spans(flat.size))

@@ -20,7 +20,7 @@ from serve.backend import cuda_kernels as K
 from serve.backend import ops_cpu as _host
 
 __all__ = [
-    "bag_counts", "bag_ids", "bag_positions", "batch_norm_eval", "dropout_mask", "elu", "erfinv", "gelu",
+    "bag_counts", "bag_ids", "bag_positions", "batch_norm_eval", "binary_", "dropout_mask", "elu", "erfinv", "gelu",
     "hardsigmoid", "hardswish", "hardtanh", "layer_norm", "leaky_relu", "linear", "log_sigmoid", "mish", "moments",
     "orthogonal", "relu_", "silu", "softplus", "standardize", "threshold",
 ]  # fmt: skip
@@ -101,6 +101,14 @@ def elu(a: cupy.ndarray, alpha: float, scale: float, input_scale: float) -> cupy
     if scale != 1:
         out *= scale
     return out
+
+
+_BINARY = {"add": cupy.add, "sub": cupy.subtract, "mul": cupy.multiply, "div": cupy.true_divide}
+
+
+def binary_(name: str, a: cupy.ndarray, b: Any) -> cupy.ndarray:
+    """`a op= b` (op: add, sub, mul or div) into a's storage (one kernel: the GPU needs no lanes)."""
+    return _BINARY[name](a, b, out=a)
 
 
 def relu_(a: cupy.ndarray) -> cupy.ndarray:

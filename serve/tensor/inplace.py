@@ -122,7 +122,7 @@ def inplace_version(op: Callable[..., Tensor]) -> Callable[..., Tensor]:
         if direct is not None and len(args) == 1 and not kwargs:
             operand = _writes_directly(self, args[0])
             if operand is not None:
-                getattr(self._ops, direct)(self._data, operand, out=self._data)
+                self._ops.binary_(direct, self._data, operand)
                 versions.bump(self._data)
                 return self
         return assign(self, lambda old: op(old, *args, **kwargs))

@@ -183,6 +183,8 @@ CASES: dict[str, list[Maker]] = {
     "topk": [lambda dt: (randn(3, 50, dt=dt), 3, 1, True), lambda dt: (randn(3, 10, dt=dt), 4, 1, False)],
     "copyto": [lambda dt: (np.zeros((3, 4), dt), randn(3, 4, dt=dt))],
     "relu_": [lambda dt: (randn(3, 4, dt=dt),)],
+    "binary_": [lambda dt: ("add", randn(3, 4, dt=dt), randn(3, 4, dt=dt, seed=1)),
+                lambda dt: ("mul", randn(3, 4, dt=dt), 2.5)],
     # ---- normalization
     "layer_norm": [lambda dt: (randn(4, 6, dt=dt, scale=3), randn(6, dt=dt), randn(6, dt=dt, seed=1), 1, 1e-5),
                    lambda dt: (randn(2, 3, 4, 5, dt=dt) + 10, None, None, 2, 1e-5),
@@ -236,7 +238,7 @@ CASES: dict[str, list[Maker]] = {
 # fmt: on
 
 # in-place primitives: the index of the argument they write
-MUTATES = {"copyto": 0, "relu_": 0, "index_add": 0, "scatter_add": 0}
+MUTATES = {"copyto": 0, "relu_": 0, "binary_": 1, "index_add": 0, "scatter_add": 0}
 # makers whose arrays do not depend on the float dtype (run once, with float32)
 FIXED_DTYPE = {"bitwise_not", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
                "bitwise_xor", "any", "bag_ids", "bag_counts", "bag_positions", "integers", "permutation",

@@ -260,3 +260,22 @@ def test_changing_the_thread_count_stops_the_old_lanes() -> None:
             break
         time.sleep(0.05)
     assert len(lanes) == 1, [t.name for t in lanes]
+
+
+UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
+
+
+@pytest.mark.parametrize("name", list(UFUNCS))
+def test_binary_in_place_on_lanes_equals_one_ufunc(name, lanes):
+    """`a op= b` in blocks on the lanes gives one numpy ufunc's bits: a channels-last array and a same-laid-out
+    operand (split), an operand laid out otherwise and a scalar (the same answer either way)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 48, 48, 64)).astype(np.float32).transpose(0, 3, 1, 2)  # NCHW view of NHWC memory
+    b = (rng.standard_normal((4, 48, 48, 64)).astype(np.float32) + 3).transpose(0, 3, 1, 2)
+    op = UFUNCS[name]
+    serve.set_num_threads(2)
+    for operand in (b, np.ascontiguousarray(b), 2.5):
+        target = a.copy(order="K")
+        want = op(target, operand)
+        assert cpu_nn.binary_(name, target, operand) is target
+        np.testing.assert_array_equal(target, want)
