@@ -8,7 +8,8 @@ reference kernels, no pass); + batch norm folded; + activations fused; + the oth
 pool, grouped products); + the numpy 1x1 GEMM kernel; + serve's native fp32 kernels (the full default plan);
 + bfloat16 products (where the CPU has AVX512-BF16). All steps are planned once, then timed in alternated
 rounds (one serve process: the same library, so no thread pools compete), and the median call is reported with
-its ratio to eager. 2 lanes, as bench/runtime.py.
+its ratio to eager and its largest output difference from eager (relative to the largest |value|). 2 lanes, as
+bench/runtime.py.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def run(name: str, rounds: int, calls: int) -> None:
             continue
         opt = optimize(model, inputs, **options)
         steps.append((label, lambda opt=opt: opt(*inputs)))
+    errors = {label: _error(fn(), steps[0][1]()) for label, fn in steps[1:]}
     times: dict[str, list[float]] = {label: [] for label, _ in steps}
     for r in range(rounds):
         order = steps[r % len(steps) :] + steps[: r % len(steps)]
@@ -89,10 +91,19 @@ def run(name: str, rounds: int, calls: int) -> None:
             fn()
             times[label].append(median_ms(fn, calls))
     eager = statistics.median(times["eager"])
-    print(f"\n{name}\n\n| step | ms | / eager |\n|---|---:|---:|")
+    print(f"\n{name}\n\n| step | ms | / eager | max error vs eager |\n|---|---:|---:|---:|")
     for label, _ in steps:
         ms = statistics.median(times[label])
-        print(f"| {label} | {ms:.1f} | {ms / eager:.2f} |")
+        err = f"{errors[label]:.1e}" if label in errors else ""
+        print(f"| {label} | {ms:.1f} | {ms / eager:.2f} | {err} |")
+
+
+def _error(got: Any, want: Any) -> float:
+    """max |got - want| over the first output tensor, relative to its largest |value| (eager fp32 serve, which
+    bench/runtime.py finds within 1e-6 of PyTorch's)."""
+    first = (lambda o: o[0] if isinstance(o, (tuple, list)) else o)  # noqa: E731
+    a, b = first(got).numpy().astype(np.float64), first(want).numpy().astype(np.float64)
+    return float(np.abs(a - b).max() / np.abs(b).max())
 
 
 def main() -> None:
