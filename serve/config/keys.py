@@ -56,6 +56,8 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "key_file": v.path,
     "log_location": v.path,
     "log_format": v.choice("text", "json"),
+    "max_workers_per_model": v.int_at_least(1),
+    "max_workers": v.int_at_least(1),
 }
 
 CLI_ONLY: dict[str, Callable[[str, Any], Any]] = {

@@ -10,14 +10,25 @@ Defaults are TorchServe's except where a comment says otherwise (each such choic
   where nvidia-smi cannot answer is kept as given (it cannot be checked). See serve/config/gpus.py.
 
 Fields below the `--- not TorchServe keys ---` line come from the command line or the environment, or are ours.
+Ours include the worker caps `max_workers_per_model` (default 2 x the CPUs this process may use) and
+`max_workers` (default 4 x those CPUs), so no request can fork the host out of memory.
 Build it with `serve.config.load_settings`; constructing it directly (tests, embedding) skips validation.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -84,3 +95,7 @@ class Settings:
     config_file: Path | None = None  # the config.properties that was read, for the startup log
     # the UUID of the GPU behind each CUDA device 0..number_of_gpu-1 (found by load_settings; for GPU metrics)
     gpu_uuids: tuple[str, ...] = ()
+    # caps on worker processes, checked before any is started (serve/management/limits.py): per model version,
+    # and over all models and versions together
+    max_workers_per_model: int = field(default_factory=lambda: 2 * usable_cpus())
+    max_workers: int = field(default_factory=lambda: 4 * usable_cpus())

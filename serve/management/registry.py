@@ -19,6 +19,7 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
 - Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
   `code` attribute, which the frontends' error table honours.
 Every change (register, unregister, scale, set-default) writes a config snapshot unless `ncs` is set.
+Every request for workers passes the caps of serve/management/limits.py before anything is forked.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from serve.errors import (
     RequestTimeout,
     ServeError,
 )
+from serve.management.limits import check_worker_counts
 from serve.management.model_version import ModelVersion, check_params, resolve_config
 from serve.management.snapshot import write_snapshot
 from serve.management.startup import load_models, snapshot_defaults, snapshot_models
@@ -105,7 +107,12 @@ class ModelRegistry:
         low = mv.config.min_workers if low is None else low
         high = max(low, mv.config.max_workers if high is None else high)
         try:
-            await mv.pool.wait_ready(mv.scale(low, high), None)
+            started = self._scale(mv, ("minWorkers", low), ("maxWorkers", high))
+        except InvalidInput:
+            await self._remove(mv.name, mv.version)
+            raise
+        try:
+            await mv.pool.wait_ready(started, None)
         except ModelLoadError as e:
             log.error("model %s version %s failed to load; its workers keep retrying: %s", mv.name, mv.version, e)
 
@@ -124,7 +131,12 @@ class ModelRegistry:
         check_params(params)
         mv = await self._add(url, model_name, handler, runtime, params)
         name, version = mv.name, mv.version
-        started = mv.scale(mv.config.min_workers, mv.config.max_workers)
+        low, high = _worker_names(params)
+        try:
+            started = self._scale(mv, (low, mv.config.min_workers), (high, mv.config.max_workers))
+        except InvalidInput:
+            await self._remove(name, version)
+            raise
         self._save()
         if not started:
             return (f'Model "{name}" Version: {version} registered with 0 initial workers. Use scale workers API to '
@@ -161,7 +173,7 @@ class ModelRegistry:
                 raise InvalidInput(f"Invalid {key} value: {value!r}; it must be an integer >= 0")
         if high < low:
             raise InvalidInput("max_worker cannot be less than min_worker.")
-        started = mv.scale(low, high)
+        started = self._scale(mv, ("min_worker", low), ("max_worker", high))
         self._save()
         if not synchronous:
             return "Processing worker updates..."
@@ -284,6 +296,10 @@ class ModelRegistry:
                     raise _with_code(InvalidInput(f"Model version {archive.model_version} is already registered for "
                                                   f"model {name}"), 409)  # fmt: skip
                 config = resolve_config(self.settings, name, archive.model_version, archive.model_config, params)
+                low, high = _worker_names(params)
+                where = f"model {name} version {archive.model_version}"
+                check_worker_counts(self.settings, where, (low, config.min_workers), (high, config.max_workers),
+                                    current=0, others=self._workers_except(None))  # fmt: skip
                 mv = ModelVersion(name, archive, url, config, self.settings, self.metrics, self._next_id,
                                   handler=handler, loaded_at_startup=loaded_at_startup,
                                   downloaded=path if downloaded else None)  # fmt: skip
@@ -306,6 +322,16 @@ class ModelRegistry:
         self.metrics.remove_model(name, version)
         return drained
 
+    def _scale(self, mv: ModelVersion, low: tuple[str, int], high: tuple[str, int]) -> list[asyncio.Future[None]]:
+        """Scale `mv` to (low, high) once the worker caps allow it (InvalidInput naming the cap otherwise)."""
+        check_worker_counts(self.settings, f"model {mv.name} version {mv.version}", low, high,
+                            current=mv.pool.active, others=self._workers_except(mv))  # fmt: skip
+        return mv.scale(low[1], high[1])
+
+    def _workers_except(self, skip: ModelVersion | None) -> int:
+        """The running and (re)starting workers of every registered version but `skip`."""
+        return sum(mv.pool.active for versions in self._models.values() for mv in versions.values() if mv is not skip)
+
     def _next_id(self) -> str:
         return str(next(self._ids))
 
@@ -316,6 +342,13 @@ class ModelRegistry:
             write_snapshot(self.settings.snapshot_dir, self.snapshot())
         except (OSError, ConfigError) as e:
             log.warning("could not write the config snapshot to %s: %s", self.settings.snapshot_dir, e)
+
+
+def _worker_names(params: dict[str, Any]) -> tuple[str, str]:
+    """What the caller called the min and max worker counts of a registration, for the caps' messages."""
+    if params.get("initial_workers") is not None:
+        return "initial_workers", "initial_workers"
+    return "minWorkers", "maxWorkers"
 
 
 def _check_runtime(runtime: str | None) -> None:

@@ -14,7 +14,13 @@ has been failing less than `max_retry_timeout` s (model-config `maxRetryTimeoutI
 Worker states in describe: READY, STARTING (loading), RESTARTING (waiting out a back-off after a failure),
 UNLOADING (stopping), FAILED (gave up). TorchServe shows only READY and UNLOADING. Scaling, as in TorchServe,
 starts workers until there are `min_workers` and stops them while there are more than `max_workers`; nothing
-autoscales in between. Scale-down lets a busy worker finish its batch first.
+autoscales in between. Scale-down lets a busy worker finish its batch first. How many workers may be asked for is
+capped before the pool is called (serve/management/limits.py).
+
+Bounded start rate: at most `START_CONCURRENCY` (4) workers of a pool are starting (forked and loading the model)
+at any time; a slot beyond that waits, in state STARTING, until one of the starting workers is READY or has
+failed, so even an allowed scale-up by dozens never forks dozens at once. Restarts take their turn the same way.
+A slot scaled away while it waits is never started.
 
 GPUs: each new worker takes the next of the version's `gpu_ids` (round-robin, as TorchServe), kept across its
 restarts. Describe's `gpuUsage` is `gpuId::N` alone: TorchServe appends nvidia-smi's utilization and memory
@@ -43,6 +49,7 @@ from serve.metrics import ServerMetrics
 log = logging.getLogger(__name__)
 BACKOFF_S = (0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597)
 RESTARTING, FAILED = "RESTARTING", "FAILED"
+START_CONCURRENCY = 4  # workers of one pool forked and loading at the same time
 
 
 @dataclass(frozen=True)
@@ -101,10 +108,16 @@ class WorkerPool:
         self.min_workers = self.max_workers = 0
         self._batch_ids = itertools.count(1)
         self._gpus = itertools.cycle(settings.gpu_ids) if settings.gpu_ids else None
+        self._starts = asyncio.Semaphore(START_CONCURRENCY)
 
     @property
     def live(self) -> int:
         return sum(1 for s in self.slots if s.state == READY)
+
+    @property
+    def active(self) -> int:
+        """Workers running or (re)starting: those the worker caps count (serve/management/limits.py)."""
+        return sum(1 for s in self.slots if not s.stopping and s.state != FAILED)
 
     def can_serve(self) -> bool:
         """True while some worker is ready or (re)starting: a job put now will be answered by a worker."""
@@ -203,6 +216,8 @@ class WorkerPool:
                     if slot.stopping:
                         break
                 error = await self._start(slot)
+                if slot.stopping:
+                    break
                 if error is None:
                     failures = 0
                     await self._serve(slot)
@@ -218,8 +233,15 @@ class WorkerPool:
             await self._end(slot)
 
     async def _start(self, slot: WorkerSlot) -> str | None:
-        """Start the slot's process; None when it loaded, else the error text."""
+        """Start the slot's process once fewer than START_CONCURRENCY others are starting; None when it loaded,
+        else the error text."""
         slot.state = STARTING
+        async with self._starts:
+            if slot.stopping:
+                return "the worker was stopped before it started"
+            return await self._start_now(slot)
+
+    async def _start_now(self, slot: WorkerSlot) -> str | None:
         worker = slot.worker = WorkerProcess(slot.id, self.spec, slot.gpu)
         worker.on_exit(slot.wake)
         worker.on_exit(self._report)

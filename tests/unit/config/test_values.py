@@ -101,6 +101,8 @@ BAD_VALUES = {
     "number_of_gpu": "-1",
     "key_file": "",
     "log_format": "xml",
+    "max_workers_per_model": "0",
+    "max_workers": "-1",
 }
 
 

@@ -3,7 +3,9 @@ SetDefault, Unregister, each through the DataPlane.
 
 `msg` holds what the REST API answers: the status text for Register/Scale/SetDefault/Unregister, the pretty JSON
 for Describe (`model_version` "all" describes every version) and List. Zero or empty fields mean "use the
-default", as in TorchServe (so min_worker 0 means 1 worker; scale to zero through REST).
+default", as in TorchServe (so min_worker 0 means 1 worker; scale to zero through REST). A negative worker
+count (`initial_workers`, `min_worker`, `max_worker`) is INVALID_ARGUMENT, as is one over the worker caps
+(serve/management/limits.py); TorchServe reads a negative one as "not given".
 
 Deliberate differences from TorchServe:
 - ListModels with `limit` 0 (the proto default) lists up to 100 models (TorchServe: an empty page).
@@ -30,6 +32,11 @@ def _positive(value: int) -> int | None:
     return value if value > 0 else None
 
 
+def _count(value: int) -> int | None:
+    """A worker count: 0 (the proto default) means "not given"; a negative one is passed on to be refused."""
+    return None if value == 0 else value
+
+
 def _pretty(obj: Any) -> str:
     return json.dumps(obj, indent=2)
 
@@ -44,7 +51,7 @@ class TorchServeManagementServicer(pb_grpc.ManagementAPIsServiceServicer):
                 request.url, model_name=request.model_name or None, handler=request.handler or None,
                 runtime=request.runtime or None, batch_size=_positive(request.batch_size),
                 max_batch_delay=_positive(request.max_batch_delay),
-                initial_workers=_positive(request.initial_workers), synchronous=request.synchronous,
+                initial_workers=_count(request.initial_workers), synchronous=request.synchronous,
                 response_timeout=_positive(request.response_timeout),
                 startup_timeout=_positive(request.startup_timeout),
             )  # fmt: skip
@@ -72,7 +79,7 @@ class TorchServeManagementServicer(pb_grpc.ManagementAPIsServiceServicer):
     async def ScaleWorker(self, request: pb.ScaleWorkerRequest, context: Context) -> pb.ManagementResponse:
         try:
             msg = await self.dataplane.scale(request.model_name, request.model_version or None,
-                                             _positive(request.min_worker), _positive(request.max_worker),
+                                             _count(request.min_worker), _count(request.max_worker),
                                              synchronous=request.synchronous)  # fmt: skip
         except Exception as exc:
             await abort(context, exc)
