@@ -6,6 +6,7 @@ serve's no_grad fast paths call the backend directly, and code between modules (
 a reshape) stays the module's own Python, run as written. A forward hook on every leaf records, in execution
 order, each call's module, its first input tensor and its output tensor, with the storage version of each (so an
 in-place write between two modules, such as ResNet's `out += identity` before the last ReLU, breaks the edge).
+In-place adds of one tensor to another (`out += identity`) are recorded too, for the residual pass.
 
 An edge "B consumed A's output" is kept only when it held at every call of both modules: a module called from
 two places (ResNet's one `self.relu`) fuses at no call site unless every one of them qualifies. What capture
@@ -41,6 +42,12 @@ class Call:
 @dataclass
 class Trace:
     calls: list[Call] = field(default_factory=list)
+    # every `t += other` of a tensor other: (t, its storage version before the add); held, so ids stay unique
+    iadds: list[tuple[Tensor, int]] = field(default_factory=list)
+
+    def added_to(self, t: Tensor | None, version: int) -> bool:
+        """Whether `t += tensor` ran on t while its storage was at `version` (the first write after it)."""
+        return t is not None and any(target is t and v == version for target, v in self.iadds)
 
     def calls_of(self, module: Module) -> list[Call]:
         return [c for c in self.calls if c.module is module]
@@ -89,9 +96,18 @@ def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, An
     for name, module in _leaves(model):
         handles.append(module.register_forward_pre_hook(lambda mod, inputs, name=name: before(mod, inputs, name)))
         handles.append(module.register_forward_hook(after))
+    iadd = Tensor.__iadd__
+
+    def recording_iadd(self: Tensor, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            result.iadds.append((self, versions.version(self._data)))
+        return iadd(self, other)
+
+    Tensor.__iadd__ = recording_iadd  # type: ignore[method-assign]
     try:
         output = model(*args, **kwargs)
     finally:
+        Tensor.__iadd__ = iadd  # type: ignore[method-assign]
         for h in handles:
             h.remove()
     return result, output

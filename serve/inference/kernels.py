@@ -86,7 +86,9 @@ def conv_gemm_nhwc(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
     return y.reshape(n, h, w, -1).transpose(0, 3, 1, 2)
 
 
-def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32") -> np.ndarray:
+def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32", residual: np.ndarray | None = None,
+                act: str | None = None) -> np.ndarray:  # fmt: skip
+    """`residual` (N, OC, OH, OW, any layout) is added in the epilogue before `act` (default: the layer's own)."""
     nat = native()
     xl = channels_last(x)
     n = xl.shape[0]
@@ -95,9 +97,12 @@ def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32") -> 
     packed = layer.packed(dtype)
     per_pixel = 2 * layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
 
+    res = None if residual is None else channels_last(residual)
+    act = (layer.act or "none") if act is None else act
+
     def part(p0: int, p1: int) -> None:
         nat.conv2d_nhwc(xl, packed, layer.kernel, layer.stride, layer.padding, layer.dilation, bias=layer.bias,
-                        act=layer.act or "none", out=out, pixels=(p0, p1))  # fmt: skip
+                        residual=res, act=act, out=out, pixels=(p0, p1))  # fmt: skip
 
     cpu_threads.parallel(part, _pixel_spans(n * oh * ow, per_pixel))
     return out.transpose(0, 3, 1, 2)

@@ -12,7 +12,9 @@ Decisions, and why:
   kernel on the layer's real input when it is timed.
 - The plan runs under no_grad (serving always does). With grad enabled, calls go to the original module, so a
   training step or a gradient through the model still works.
-- The original module is left as it was: the plan is a copy of its tree that shares all unchanged tensors.
+- The original module is left as it was: the plan is a copy of its tree that shares all unchanged tensors. It is
+  made from the model as it is at load: weights or attributes changed on the original afterwards do not reach it
+  (make a new plan, as a server does when it loads a model).
 """
 
 from __future__ import annotations
@@ -141,6 +143,8 @@ class OptimizedModule:
                 for each in layers:
                     each.tune, each.product_dtype, each.allowed = self._tune, self.products, self._kernels
             out = plan(*args, **kwargs)
+            if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers
+                out = plan(*args, **kwargs)
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")
             return self.original(*args, **kwargs)
@@ -157,6 +161,8 @@ class OptimizedModule:
         want = self.original(*args, **kwargs)
         try:
             got = self._plan(*args, **kwargs)  # type: ignore[misc]
+            if self._rewrite is not None and self._rewrite.counts.get("residual_fused"):
+                got = self._plan(*args, **kwargs)  # type: ignore[misc]  # with the kernels chosen, adds deferred
         except Exception as e:
             self._refuse(f"the plan failed on a warm-up input ({type(e).__name__}: {e})")
             return

@@ -5,7 +5,9 @@
 - fuse: an activation the kernels can apply (serve.inference.epilogue) that took the (folded) layer's output the
   same way is fused into the layer's epilogue;
 - group: linear layers that always took the same input, and only together (attention's query, key and value),
-  run as one product (planned.LinearGroup).
+  run as one product (planned.LinearGroup);
+- residual: a convolution whose output always took `out += t` next adds t (and the activation after it) in its
+  epilogue (serve.inference.residual).
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
 change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
 folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
@@ -36,7 +38,7 @@ class Rewrite:
     fused: dict[str, _Fused] = field(default_factory=dict)
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
-                                                            "grouped": 0})  # fmt: skip
+                                                            "grouped": 0, "residual_fused": 0})  # fmt: skip
     passes: tuple[str, ...] = ()
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
 
@@ -111,6 +113,7 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
         order[0].keep_float32 = order[-1].keep_float32 = True
     if "fuse" in passes:
         _fuse_transformer_activations(model, rw)
+        _defer_residual_adds(trace, model, rw)
     if "group" in passes:
         _group_shared_inputs(trace, model, rw)
     return rw
@@ -141,6 +144,36 @@ def _group_shared_inputs(trace: Trace, model: Module, rw: Rewrite) -> None:
         for p in group.members:
             p.group = group
         rw.counts["grouped"] += 1
+
+
+def _defer_residual_adds(trace: Trace, model: Module, rw: Rewrite) -> None:
+    """A convolution (with no activation of its own) whose folded output took `out += t` before anything read it,
+    at every call, returns that output pending, so the add runs in its epilogue (serve.inference.residual); the
+    activation that then consumed the sum, at every call, runs there too."""
+    names = {id(m): n for n, m in model.named_modules()}
+    for conv_name, planned in rw.fused.items():
+        if not isinstance(planned, PlannedConv2d) or planned.act is not None or planned.groups != 1:
+            continue
+        conv = next(m for m in model.modules() if names.get(id(m)) == conv_name)
+        ends = trace.calls_of(conv)
+        follower = _common_follower(trace, ends) if planned.folded else None
+        if follower is not None:  # the folded batch norm's calls end the chain
+            ends = trace.calls_of(follower)
+        if not ends or not all(trace.added_to(c.output, c.output_version) and not trace.consumers_of(c)
+                               for c in ends):  # fmt: skip
+            continue
+        planned.residual_add = True
+        rw.counts["residual_fused"] += 1
+        after = [(e, e.output_version + 1) for e in ends]  # each sum: the output one write later
+        sums = [[c for c in trace.calls[e.index + 1 :] if c.input is e.output and c.input_version == v]
+                for e, v in after]  # fmt: skip
+        acts = {id(s[0].module): s[0].module for s in sums if len(s) == 1}
+        if len(acts) == 1 and all(len(s) == 1 for s in sums):
+            act = next(iter(acts.values()))
+            if activation_name(act) is not None:
+                planned.act_after_add = activation_name(act)
+                rw.skipped.setdefault(id(act), (act, []))[1].append(planned)
+                planned.skipped = True
 
 
 def _fuse_transformer_activations(model: Module, rw: Rewrite) -> None:

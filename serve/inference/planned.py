@@ -23,7 +23,7 @@ import numpy as np
 import serve
 from serve import nn
 from serve.backend import cpu_nn
-from serve.inference import kernels
+from serve.inference import kernels, residual
 from serve.inference.epilogue import apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
@@ -94,12 +94,15 @@ class _Fused(Module):
         def forget(_: Any) -> None:
             _MARKS.pop(key, None)
 
-        _MARKS[key] = (weakref.ref(y, forget), versions.version(y._data), self)
+        version = 0 if _pending(y) else versions.version(y._data)  # a fresh array's version is 0
+        _MARKS[key] = (weakref.ref(y, forget), version, self)
 
     def produced(self, t: Any) -> bool:
-        """True when `t` is a tensor this layer returned, unchanged since."""
+        """True when `t` is a tensor this layer returned, unchanged since (a pending one is unchanged)."""
         mark = _MARKS.get(id(t))
-        return mark is not None and mark[2] is self and mark[0]() is t and versions.version(t._data) == mark[1]  # type: ignore[union-attr]
+        if mark is None or mark[2] is not self or mark[0]() is not t:
+            return False
+        return _pending(t) or versions.version(t._data) == mark[1]  # type: ignore[union-attr]
 
     # -- packed weights, made once -------------------------------------------------------------------------
     def weight_kn(self) -> np.ndarray:
@@ -109,7 +112,7 @@ class _Fused(Module):
 
     # -- running ---------------------------------------------------------------------------------------------
     def _plannable(self, x: Any) -> bool:
-        return (type(x) is Tensor and x._dtype is dtypes.float32 and x._device.type == "cpu"
+        return (isinstance(x, Tensor) and x._dtype is dtypes.float32 and x._device.type == "cpu"
                 and not (grad_state.enabled and x._requires_grad))  # fmt: skip
 
     def _run(self, x: Tensor, data: np.ndarray) -> Tensor:
@@ -169,6 +172,10 @@ class _Fused(Module):
         return choice
 
 
+def _pending(t: Any) -> bool:
+    return isinstance(t, residual.PendingOutput) and t.is_pending()
+
+
 def kernels_act(module: Module) -> str | None:
     from serve.inference.epilogue import activation_name
 
@@ -195,6 +202,8 @@ class PlannedConv2d(_Fused):
         self.folded = bn is not None
         self._w_t = serve.from_numpy(self.weight)
         self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
+        self.residual_add = False  # its output takes `+= t` next: return it pending (serve.inference.residual)
+        self.act_after_add: str | None = None  # the activation that consumed that sum, fused with the add
 
     def is_pointwise(self) -> bool:
         return (self.groups == 1 and self.kernel == (1, 1) and self.stride == (1, 1)
@@ -221,10 +230,30 @@ class PlannedConv2d(_Fused):
                 0, 0, 0, 0) else F.conv2d(F.pad(x, (l, r, t, b)), self._w_t, self._b_t, self.stride, 0, self.dilation,
                                           self.groups)  # fmt: skip
             return apply_activation(y, self.act_module)
-        y = self._run(x, x._data)
+        data = x._data
+        if self.residual_add and self.choices.get((data.shape, data.strides), "").startswith("native_nhwc"):
+            oh, ow = self.out_size(data.shape[2], data.shape[3])
+            y = residual.pending(self, x, (data.shape[0], self.out_channels, oh, ow))
+        else:
+            y = self._run(x, data)
         if self.skipped:
             self._mark(y)
         return y
+
+    # -- the deferred residual add (serve.inference.residual) --------------------------------------------------
+    def compute(self, x: Tensor, res: np.ndarray | None) -> np.ndarray:
+        """This layer on x now, with `res` (the in-place add's operand) added in the epilogue when given."""
+        data = x._data
+        name = self.choices[(data.shape, data.strides)]
+        dtype = "bfloat16" if name.endswith("_bf16") else "float32"
+        if res is None:
+            return kernels.conv_native(self, data, dtype)
+        return kernels.conv_native(self, data, dtype, residual=res, act=self.act_after_add or "none")
+
+    def after_residual(self, y: Tensor) -> None:
+        """The add (and the activation after it) is in y: let the Skip of that activation pass y through."""
+        if self.act_after_add is not None:
+            self._mark(y)
 
     def extra_repr(self) -> str:
         return (f"{self.weight.shape[1] * self.groups}, {self.out_channels}, kernel_size={self.kernel}, "

@@ -41,7 +41,14 @@ def test_resnet18_folds_every_batch_norm_and_fuses_the_relus_it_may():
     assert info["optimized"] and info["reason"] is None
     # 20 convolutions (17 + 3 downsample), each followed by its batch norm; the relu after each block's first
     # conv and after the stem fuses, the one after each residual add (9 = 8 blocks + stem) cannot
-    assert info["passes"] == {"bn_folded": 20, "act_fused": 9, "conv": 20, "linear": 1, "grouped": 0}
+    assert info["passes"] == {
+        "bn_folded": 20,
+        "act_fused": 9,
+        "conv": 20,
+        "linear": 1,
+        "grouped": 0,
+        "residual_fused": 8,
+    }  # each block's `out += identity` (and its relu) in conv2
     assert_rel_close(got, want, 1e-4)
     assert sum(info["kernels"].values()) == 21
     assert isinstance(opt.plan.layer1[0].conv1, PlannedConv2d)
@@ -347,3 +354,39 @@ def test_planned_max_pool_propagates_nan_like_eager(native, monkeypatch):
         want = pool(serve.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2)))).numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
+
+
+class _Residual(nn.Module):
+    """conv -> bn -> `out += x` -> relu, as a ResNet block ends; `peek` reads the conv's output before the add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        self.peek = False
+
+    def forward(self, x, other=None):
+        out = self.bn(self.conv(x))
+        extra = out.sum() if self.peek else 0.0
+        out += x if other is None else other
+        return self.relu(out) + extra
+
+
+def test_residual_adds_run_in_the_epilogue_and_any_other_use_computes_plainly():
+    model = _randomize_norms(_Residual())
+    x = _image(2, 8).repeat(1, 6, 1, 1)[:, :16]
+    with serve.no_grad():
+        opt = optimize(model, (x,))
+        assert opt.optimized, opt.reason
+        layer = opt.plan.conv
+        if not layer.residual_add:  # no native kernels here: nothing to defer
+            assert kernels.native() is None
+            return
+        assert opt.describe()["passes"]["residual_fused"] == 1 and layer.act_after_add == "relu"
+        assert_rel_close(opt(x), model(x), 1e-4)
+        dense = serve.from_numpy(np.ascontiguousarray(RNG.standard_normal((2, 16, 8, 8)).astype(np.float32)))
+        assert_rel_close(opt(x, dense), model(x, dense), 1e-4)  # an NCHW operand: read in its layout
+        model.peek = opt.plan.peek = True  # the output is read before the add: computed plainly, then added
+        assert_rel_close(opt(x), model(x), 1e-4)
+        assert_rel_close(opt(x, serve.ones(1)), model(x, serve.ones(1)), 1e-4)  # a broadcast operand
