@@ -2,7 +2,8 @@
 
 Two passes. The first reads every header and refuses the archive before a byte is written: unsafe names
 (safety.entry_parts), symlinks, hard links, devices, fifos, sparse or encrypted entries, duplicates, more entries
-or more declared bytes than `Limits` allow, implausible compression ratios. The second streams each entry into a
+or more declared bytes than `Limits` allow, implausible compression ratios (of each large entry, and of the whole
+archive: many small entries of zeros add up to a bomb no single entry reveals). The second streams each entry into a
 file created exclusively (O_EXCL, O_NOFOLLOW) and counts the bytes really produced, since headers can lie. Files
 are written 0644 whatever the archive says: no setuid bits, no ownership, no timestamps are restored.
 
@@ -39,8 +40,10 @@ def extract_zip(path: Path, dest: Path, limits: Limits) -> None:
     """Every entry of the zip at `path` written under `dest`, after all of them were checked."""
     try:
         with zipfile.ZipFile(path) as zf:
-            plan = _plan_zip(zf, path.stat().st_size, limits)
-            _write(plan, dest, limits)
+            size = path.stat().st_size
+            plan = _plan_zip(zf, size, limits)
+            check_ratio(f"the archive {path.name!r}", sum(p[2] for p in plan), size, limits)
+            _write(plan, dest, limits, size)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, NotImplementedError) as e:
         raise ArchiveError(f"{path.name}: not a readable zip archive (truncated or corrupt?): {e}") from None
 
@@ -69,9 +72,9 @@ def extract_tar(path: Path, dest: Path, limits: Limits) -> None:
     try:
         with tarfile.open(path, "r:*") as tf:
             plan = _plan_tar(tf, limits)
-            total = sum(p[2] for p in plan)
-            check_ratio(f"the archive {path.name!r}", total, path.stat().st_size, limits)
-            _write(_strip_root(plan), dest, limits)
+            size = path.stat().st_size
+            check_ratio(f"the archive {path.name!r}", sum(p[2] for p in plan), size, limits)
+            _write(_strip_root(plan), dest, limits, size)
     except (tarfile.TarError, gzip.BadGzipFile, zlib.error, EOFError) as e:
         raise ArchiveError(f"{path.name}: not a readable tar archive (truncated or corrupt?): {e}") from None
 
@@ -121,7 +124,7 @@ def _strip_root(plan: list[Planned]) -> list[Planned]:
     return [(parts[1:], is_dir, size, opener) for parts, is_dir, size, opener in plan if len(parts) > 1]
 
 
-def _write(plan: list[Planned], dest: Path, limits: Limits) -> None:
+def _write(plan: list[Planned], dest: Path, limits: Limits, packed: int) -> None:
     check_unique([(parts, is_dir) for parts, is_dir, *_ in plan])
     spent = [0]
     for parts, is_dir, size, opener in plan:
@@ -130,7 +133,7 @@ def _write(plan: list[Planned], dest: Path, limits: Limits) -> None:
             target.mkdir(parents=True, exist_ok=True)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        meter = Meter("/".join(parts), size, limits, spent)
+        meter = Meter("/".join(parts), size, limits, spent, packed)
         with opener() as src, _create(target) as out:
             while chunk := src.read(_CHUNK):
                 meter.add(len(chunk))

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from serve import __version__ as SERVE_VERSION
+from serve.archive.safety import check_nesting, too_deep
 from serve.errors import ArchiveError
 
 MAR_INF = "MAR-INF"
@@ -134,6 +135,9 @@ def parse_manifest(raw: bytes, source: str) -> dict[str, Any]:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ArchiveError(f"{source}: {MANIFEST_PATH} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ArchiveError(f"{source}: {too_deep(MANIFEST_PATH)}") from None
+    check_nesting(manifest, f"{source}: {MANIFEST_PATH}")
     if not isinstance(manifest, dict):
         raise ArchiveError(f"{source}: {MANIFEST_PATH} must hold a JSON object, not {type(manifest).__name__}")
     model = manifest.get("model")

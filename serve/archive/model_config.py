@@ -10,7 +10,8 @@
 Scalars resolve as PyYAML's safe_load resolves them (see yaml_scalars.py, with its one documented difference).
 Not supported, each refused with the line and a hint: anchors/aliases, tags, block scalars (`|`, `>`), multi-line
 plain or quoted scalars, complex keys, several documents. Duplicate keys are an error (PyYAML silently keeps the
-last one, which hides typos). The document must be a mapping; an empty file is `{}`.
+last one, which hides typos). The document must be a mapping; an empty file is `{}`. Lists and mappings may nest
+at most 64 levels deep (safety.MAX_NESTING).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from serve.archive.safety import check_nesting, too_deep
 from serve.archive.yaml_scalars import Flow, Incomplete, check_plain_start, fail, quoted, resolve
 from serve.errors import ArchiveError
 
@@ -44,6 +46,9 @@ def parse_model_config(text: str, source: str = "model-config") -> dict[Any, Any
             raise fail(lines[parser.i].no, f"unexpected {lines[parser.i].text!r} (check its indentation)")
     except ArchiveError as e:
         raise ArchiveError(f"{source} {e}") from None
+    except RecursionError:
+        raise ArchiveError(f"{source}: {too_deep('the document')}") from None
+    check_nesting(value, f"{source}: the document")
     if not isinstance(value, dict):
         raise ArchiveError(f"{source}: the document must be a mapping of keys to values, not {type(value).__name__}")
     return value

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
 from serve.errors import ArchiveError
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _MAX_NAME = 4096
+MAX_NESTING = 64  # containers inside containers in a MANIFEST.json or model-config: real ones use 3 or 4
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,14 @@ class Budget:
 
 
 class Meter:
-    """Counts the bytes one entry really produces while it streams, against its declared size and the limits."""
+    """Counts the bytes one entry really produces while it streams, against its declared size and the limits.
 
-    def __init__(self, name: str, declared: int, limits: Limits, spent: list[int]) -> None:
-        self.name, self.declared, self.limits = name, declared, limits
+    `packed`, when given, is the archive file's size: the bytes produced by the whole archive so far are held to
+    the same ratio to it as the declared total was, whatever the headers said.
+    """
+
+    def __init__(self, name: str, declared: int, limits: Limits, spent: list[int], packed: int | None = None) -> None:
+        self.name, self.declared, self.limits, self.packed = name, declared, limits, packed
         self.spent = spent  # [total bytes produced so far by the whole archive], shared across entries
         self.count = 0
 
@@ -123,6 +129,8 @@ class Meter:
                 f"the archive unpacks to more than {self.limits.max_total_bytes} bytes (at entry {self.name!r}); "
                 "refusing it as a possible zip bomb"
             )
+        if self.packed is not None:
+            check_ratio(f"the archive (at entry {self.name!r})", self.spent[0], self.packed, self.limits)
 
     def finish(self) -> None:
         if self.count != self.declared:
@@ -139,3 +147,20 @@ def check_ratio(what: str, size: int, packed: int, limits: Limits) -> None:
             f"{what} unpacks from {packed} to {size} bytes (ratio over {limits.max_ratio:g}); "
             "refusing it as a possible zip bomb (raise Limits.max_ratio if it is genuine)"
         )
+
+
+def check_nesting(value: Any, what: str, limit: int = MAX_NESTING) -> None:
+    """Refuse a parsed JSON/YAML document whose lists and mappings nest more than `limit` levels deep."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise ArchiveError(too_deep(what, limit))
+        stack.extend((child, depth + 1) for child in children)
+
+
+def too_deep(what: str, limit: int = MAX_NESTING) -> str:
+    return f"{what} nests lists or mappings more than {limit} levels deep; refusing it"

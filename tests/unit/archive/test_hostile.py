@@ -87,6 +87,8 @@ ZIP_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "file and dir": (lambda p: _zip(p, [("a", b"1"), ("a/b", b"2")]), "both a file and a directory"),
     "deflate bomb": (lambda p: _zip(p, [("w.pt", b"\0" * (4 << 20))]), "possible zip bomb"),
     "lying header": (_lying_zip, "w.pt"),
+    # no entry is over the 1 MiB ratio floor, but together they inflate ~1000x (issue 17: 4,000 of them were 4.2 GB)
+    "many small bombs": (lambda p: _zip(p, [(f"z{i}", b"\0" * (1 << 20)) for i in range(3)]), "the archive 'm.mar'"),
     "encrypted": (_encrypted_zip, "is encrypted"),
     "bad manifest json": (lambda p: _zip(p, [("MAR-INF/MANIFEST.json", b"{nope")]), "is not valid JSON"),
     "manifest not object": (lambda p: _zip(p, [("MAR-INF/MANIFEST.json", b"[1]")]), "must hold a JSON object"),
@@ -120,6 +122,16 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "handler missing": (_manifest_zip({"handler": "h:handle"}), r"neither a built-in handler .* \(h.py is missing\)"),
     "handler outside": (_manifest_zip({"handler": "../h.py"}), "handler '../h.py' would be written"),
     "bad config": (_manifest_zip({"configFile": "c.yaml"}, {"c.yaml": b"a: [1, 2\n"}), "unterminated flow"),
+    "deep manifest": (
+        lambda p: _zip(p, [("MAR-INF/MANIFEST.json", MANIFEST[:-2] + b', "x": ' + b"[" * 9000 + b"]" * 9000 + b"}}")]),
+        r"MANIFEST.json nests lists or mappings more than 64 levels",
+    ),
+    "manifest at 65 levels": (_manifest_zip({"x": json.loads("[" * 63 + "]" * 63)}), "more than 64 levels"),
+    "deep config": (_manifest_zip({"configFile": "c.yaml"}, {"c.yaml": b"a: " + b"[" * 50_000}), "than 64 levels"),
+    "deep block config": (
+        _manifest_zip({"configFile": "c.yaml"}, {"c.yaml": "".join(" " * i + "k:\n" for i in range(1000)).encode()}),
+        "more than 64 levels",
+    ),
 }
 
 TAR_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
@@ -191,6 +203,32 @@ def test_meter_counts_real_bytes() -> None:
     short.add(4)
     with pytest.raises(ArchiveError, match="unpacks to 4 bytes but its header declares 10"):
         short.finish()
+
+
+def test_meter_holds_the_whole_archive_to_the_ratio() -> None:
+    """Bytes really produced count against the archive's size too, whatever sizes the headers declared."""
+    spent = [0]
+    meter = Meter("a", 3 << 20, Limits(), spent, packed=10_000)
+    meter.add(1 << 20)  # at the ratio floor: not yet judged
+    with pytest.raises(ArchiveError, match=r"the archive \(at entry 'b'\) unpacks from 10000 to"):
+        Meter("b", 3 << 20, Limits(), spent, packed=10_000).add(1 << 20)
+
+
+def test_whole_archive_ratio_counts_in_tar_and_zip_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    zeros = [(_member(f"m/z{i}"), b"\0" * (1 << 20)) for i in range(3)]
+    _refused(tmp_path / "t", monkeypatch, lambda p: _tar(p, zeros), "possible zip bomb")
+    many = [(f"z{i}", b"\0" * (1 << 20)) for i in range(3)]
+    src = _zip(tmp_path / "m.mar", [("MAR-INF/MANIFEST.json", MANIFEST), *many])
+    with open_archive(src, limits=Limits(max_ratio=2000)) as a:  # raising the ratio lets a genuine one through
+        assert (a.model_dir / "z2").stat().st_size == 1 << 20
+
+
+def test_nesting_within_the_limit_is_accepted(tmp_path: Path) -> None:
+    deep = json.loads("[" * 62 + "]" * 62)  # the manifest, "model", then 62 lists: 64 levels
+    config = b"a: " + b"[" * 63 + b"]" * 63 + b"\n"
+    src = _manifest_zip({"x": deep, "configFile": "c.yaml"}, {"c.yaml": config})(tmp_path / "m.mar")
+    with open_archive(src) as a:
+        assert (a.model_dir / "c.yaml").exists()
 
 
 def test_directory_symlink_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
