@@ -2,13 +2,13 @@
 
 Our own reader rather than the `safetensors` package's numpy API, which has no bfloat16 and always copies: each
 tensor is one `readinto` into its own array, or a view of the mapped file under mmap=True. The header is checked
-before any data is touched: size limits, known dtypes, shapes that match their byte ranges, ranges inside the
-file and not overlapping.
+before any data is touched, as the reference `safetensors` reader checks it: size limits, no duplicate names,
+`__metadata__` a map of strings to strings, known dtypes, shapes that match their byte ranges, and ranges that
+tile the data section exactly (no overlap, no gap, no trailing bytes); a deeply nested header is refused too.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import struct
 from typing import Any
@@ -49,19 +49,50 @@ def _header(src: Source) -> tuple[int, dict[str, tuple[Any, tuple[int, ...], int
     if n > MAX_HEADER or 8 + n > src.size:
         raise CheckpointError(f"the safetensors header claims {n} bytes but the file has {src.size} (corrupt file)")
     try:
-        header = json.loads(src.read(8, n))
+        header = json.loads(src.read(8, n), object_pairs_hook=_no_duplicates)
     except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"the safetensors header is not valid JSON: {e}") from None
+    except RecursionError:
+        raise CheckpointError("the safetensors header nests JSON too deeply; refusing it") from None
     if type(header) is not dict:
         raise CheckpointError("the safetensors header must be a JSON object")
-    header.pop("__metadata__", None)
+    _check_metadata(header.pop("__metadata__", {}))
     base = 8 + n
     entries = {name: _entry(name, info, src.size - base) for name, info in header.items()}
-    spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items() if end > begin)
-    for (_, end, first), (begin, _, second) in itertools.pairwise(spans):
-        if begin < end:
-            raise CheckpointError(f"safetensors tensors {first!r} and {second!r} overlap; the header lies")
+    _check_coverage(entries, src.size - base)
     return base, entries
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise CheckpointError(f"the safetensors header names {key!r:.100} twice; refusing it")
+        out[key] = value
+    return out
+
+
+def _check_metadata(meta: Any) -> None:
+    """`__metadata__` is a map of strings to strings in the format (the reference reader refuses anything else)."""
+    if type(meta) is not dict or not all(type(v) is str for v in meta.values()):
+        raise CheckpointError(
+            f"the safetensors __metadata__ must map strings to strings, not {meta!r:.100}; refusing the header"
+        )
+
+
+def _check_coverage(entries: dict[str, tuple[Any, tuple[int, ...], int, int]], data_size: int) -> None:
+    """The tensors' byte ranges, in order, tile the data section exactly: no overlap, no gap, nothing after."""
+    at, prev = 0, None
+    for begin, end, name in sorted((begin, end, name) for name, (_, _, begin, end) in entries.items()):
+        if begin != at:
+            what = f"overlap {prev!r} ({begin} < {at})" if begin < at else f"leave bytes {at}..{begin} unused"
+            raise CheckpointError(f"safetensors tensor {name!r} would {what}; the header lies about its offsets")
+        at, prev = end, name
+    if at != data_size:
+        raise CheckpointError(
+            f"the safetensors data section holds {data_size} bytes but its tensors cover {at}; "
+            "the file is not fully covered (corrupt or crafted)"
+        )
 
 
 def _entry(name: str, info: Any, data_size: int) -> tuple[Any, tuple[int, ...], int, int]:

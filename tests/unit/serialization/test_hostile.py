@@ -258,6 +258,74 @@ def test_safetensors_header_length_lies(tmp_path: Path) -> None:
         load_bytes(safetensors_file(b"{not json"), tmp_path, "model.safetensors")
 
 
+def _u8(begin: int, end: int) -> bytes:
+    return f'{{"dtype": "U8", "shape": [{end - begin}], "data_offsets": [{begin}, {end}]}}'.encode()
+
+
+# raw headers (json.dumps cannot write duplicate keys or deep nesting), each refused by the reference reader too
+SAFETENSORS_RAW: dict[str, tuple[bytes, bytes, str]] = {
+    "duplicate key": (b'{"a": ' + _u8(0, 1) + b', "a": ' + _u8(1, 2) + b"}", b"\0\0", "names 'a' twice"),
+    "metadata int value": (b'{"__metadata__": {"k": 1}, "a": ' + _u8(0, 1) + b"}", b"\0", "strings to strings"),
+    "metadata nested value": (
+        b'{"__metadata__": {"k": {"x": "y"}}, "a": ' + _u8(0, 1) + b"}",
+        b"\0",
+        "strings to strings",
+    ),
+    "metadata not a map": (b'{"__metadata__": "x", "a": ' + _u8(0, 1) + b"}", b"\0", "strings to strings"),
+    "gap between tensors": (b'{"a": ' + _u8(0, 1) + b', "b": ' + _u8(2, 3) + b"}", b"\0" * 3, "bytes 1..2 unused"),
+    "gap before the first": (b'{"a": ' + _u8(1, 2) + b"}", b"\0\0", "bytes 0..1 unused"),
+    "bytes after the last": (b'{"a": ' + _u8(0, 1) + b"}", b"\0\0", "not fully covered"),
+    "overlap": (b'{"a": ' + _u8(0, 2) + b', "b": ' + _u8(1, 3) + b"}", b"\0" * 3, "would overlap 'a'"),
+    "deep metadata": (b'{"__metadata__": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"", "nests JSON too deeply"),
+    "deep shape": (
+        b'{"a": {"dtype": "U8", "shape": ' + b"[" * 100_000 + b"]" * 100_000 + b', "data_offsets": [0, 0]}}',
+        b"",
+        "nests JSON too deeply",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAFETENSORS_RAW))
+def test_safetensors_refused_as_the_reference_reader_refuses(case: str, tmp_path: Path) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    header, data, message = SAFETENSORS_RAW[case]
+    raw = safetensors_file(header, data)
+    with pytest.raises(Exception, match="Error while deserializing"):
+        safetensors_numpy.load(raw)
+    with pytest.raises(CheckpointError, match=message):
+        load_bytes(raw, tmp_path, "model.safetensors")
+
+
+def test_safetensors_duplicate_metadata_key(tmp_path: Path) -> None:
+    """Stricter than the reference reader (which keeps the last value silently): which one was meant is unknown."""
+    raw = safetensors_file(b'{"__metadata__": {"k": "1", "k": "2"}, "a": ' + _u8(0, 1) + b"}", b"\0")
+    with pytest.raises(CheckpointError, match="names 'k' twice"):
+        load_bytes(raw, tmp_path, "model.safetensors")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"{}",
+        b'{"__metadata__": {"format": "pt"}, "a": '
+        + _u8(0, 0)
+        + b', "b": '
+        + _u8(0, 2)
+        + b', "c": '
+        + _u8(2, 3)
+        + b"}",
+    ],
+)
+def test_safetensors_the_reference_reader_accepts_load(header: bytes, tmp_path: Path) -> None:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    raw = safetensors_file(header, b"\1\2\3" if header != b"{}" else b"")
+    expected = safetensors_numpy.load(raw)
+    loaded = load_bytes(raw, tmp_path, "model.safetensors")
+    assert sorted(loaded) == sorted(expected)
+    for name, arr in expected.items():
+        np.testing.assert_array_equal(loaded[name].numpy(), arr)
+
+
 def test_npz_with_object_array_or_lying_shape(tmp_path: Path) -> None:
     buf = io.BytesIO()
     np.savez(buf, a=np.array([os.system, 1], dtype=object))
