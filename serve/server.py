@@ -74,7 +74,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         await registry.start()
         if started is not None:
             started.set()
-        logger.info("serve is up: %s", ", ".join(f"{s.config.host}:{s.config.port}" for s in listeners))
+        _log_up(registry, ", ".join(f"{s.config.host}:{s.config.port}" for s in listeners))
         await _until_stopped(stop, tasks)
     finally:
         for listener in listeners:
@@ -84,6 +84,19 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         auth.remove_key_file()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
     return 1 if failed else 0
+
+
+def _log_up(registry: ModelRegistry, addresses: str) -> None:
+    """Log "serve is up" only when /ping would say Healthy; else a warning naming each unhealthy version and why."""
+    healthy, details = registry.health()
+    if healthy:
+        logger.info("serve is up: %s", addresses)
+        return
+    down = [f"{name} version {version}: {entry.get('lastError') or 'no ready worker'}"
+            for name, versions in details.items() for version, entry in versions.items()
+            if entry["status"] != "Healthy"]  # fmt: skip
+    logger.warning("serve is listening on %s but is not healthy (/ping answers 500 until every startup model has a "
+                   "ready worker): %s", addresses, "; ".join(down))  # fmt: skip
 
 
 async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task]) -> None:

@@ -13,7 +13,10 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
   403, as TorchServe does. The version's queued and running requests are answered first (up to
   unregister_model_timeout; then 408 and the rest fail with 503).
 - `health()` checks every version, not only default ones: unhealthy when a version that should have workers has
-  none left that is ready or (re)starting within its retry window (pain point 4).
+  none left that is ready or (re)starting within its retry window (pain point 4), and, for a startup model
+  version, as long as none of its workers is READY (a handler that crash-loops never makes the server healthy).
+- A 503 for a version with no worker carries the load error describe shows, when its workers failed to load.
+- A synchronous scale that ends with no READY worker (though one was asked for) is that 503, not a 200.
 - The list's nextPageToken is given only when another page exists (TorchServe also gives it when the page ended
   exactly at the last model, pointing at an empty page).
 - Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
@@ -49,6 +52,7 @@ from serve.management.model_version import ModelVersion, check_params, resolve_c
 from serve.management.snapshot import write_snapshot
 from serve.management.startup import load_models, snapshot_defaults, snapshot_models
 from serve.management.urls import resolve_url
+from serve.management.workers import no_worker_error
 from serve.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -178,11 +182,15 @@ class ModelRegistry:
         if not synchronous:
             return "Processing worker updates..."
         try:
-            ready = await mv.pool.wait_ready(started, timeout if timeout is not None and timeout >= 0 else None)
+            loading = started + [s.ready for s in mv.pool.slots
+                                 if not (s.stopping or s.ready.done() or s.ready in started)]  # fmt: skip
+            ready = await mv.pool.wait_ready(loading, timeout if timeout is not None and timeout >= 0 else None)
         except ModelLoadError as e:
             raise ModelLoadError(f"Failed to start workers for model {name} version: {mv.version}: {e}") from None
         if not ready:
             return "Workers scaling in progress..."
+        if low > 0 and mv.pool.live == 0:  # the workers kept from before are (re)starting or failed: none serves
+            raise no_worker_error(f'"{name}" Version {mv.version}', mv.pool.load_error())
         return f"Workers scaled to {low} for model: {name}" + (f", version: {version}" if version else "")
 
     def set_default(self, name: str, version: str) -> str:
@@ -233,29 +241,34 @@ class ModelRegistry:
         QueueFull (at once), RequestTimeout, WorkerError, or PredictionException (the handler failed the batch)."""
         mv = self._version(name, version)
         if self._closing or not mv.pool.can_serve():
-            where = f'"{name}"' + (f" Version {version}" if version else "")
-            raise ModelNotReady(f"Model {where} has no worker to serve inference request. Please use scale workers "
-                                "API to add workers.")  # fmt: skip
+            raise no_worker_error(f'"{name}"' + (f" Version {version}" if version else ""), mv.pool.load_error())
         job = Job.create(request)
         mv.queue.put(job)
         self.metrics.queue_depth(name, mv.version, len(mv.queue))
         return await job.future  # a cancelled caller cancels the job: the batcher drops it
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """(healthy, per model and version: status, live and minimum workers). Not healthy while the startup
-        models are still loading, so a readiness probe on /ping keeps traffic away until they can answer."""
+        """(healthy, per model and version: status, live and minimum workers, the load error). Not healthy while
+        the startup models are still loading, nor while a startup model version that should have workers has no
+        READY one (its handler fails to load: its workers crash-loop), so a readiness probe on /ping keeps traffic
+        away until every startup model can answer. A version registered later is unhealthy only once all of its
+        workers gave up restarting."""
         if self._starting:
             return False, {"status": "Starting: the startup models are loading"}
         details: dict[str, Any] = {}
         healthy = True
         for name, versions in self._models.items():
             for version, mv in versions.items():
-                ok = mv.pool.healthy()
+                pool = mv.pool
+                ok = pool.healthy() and (not mv.loaded_at_startup or pool.min_workers == 0 or pool.live > 0)
                 healthy = healthy and ok
-                details.setdefault(name, {})[version] = {
-                    "status": "Healthy" if ok else "Unhealthy", "liveWorkers": mv.pool.live,
+                entry: dict[str, Any] = {
+                    "status": "Healthy" if ok else "Unhealthy", "liveWorkers": pool.live,
                     "minWorkers": mv.config.min_workers,
                 }  # fmt: skip
+                details.setdefault(name, {})[version] = entry
+                if not ok and pool.load_error():
+                    entry["lastError"] = pool.load_error()
         return healthy, details
 
     def snapshot(self) -> dict[str, Any]:

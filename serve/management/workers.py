@@ -127,6 +127,11 @@ class WorkerPool:
         """False when the pool should have workers and every one of them gave up restarting."""
         return self.min_workers == 0 or self.can_serve()
 
+    def load_error(self) -> str | None:
+        """Why the pool has no ready worker: the last error of a worker that is not READY (what describe shows as
+        `lastError`), or None."""
+        return next((s.last_error for s in self.slots if s.state != READY and s.last_error), None)
+
     def scale(self, min_workers: int, max_workers: int) -> list[asyncio.Future[None]]:
         """Start workers until `min_workers` run, stop them while more than `max_workers` do (failed workers are
         replaced); the first-load futures of the workers started."""
@@ -248,8 +253,12 @@ class WorkerPool:
         try:
             await worker.start()
         except (ModelLoadError, WorkerError, OSError) as e:
-            slot.last_error = str(e)
-            log.error("%s", e)
+            if slot.stopping:  # killed on purpose while loading (unregister, scale down): not a failure
+                log.info("model %s version %s: worker %s stopped while loading", self.spec.model_name,
+                         self.spec.version, slot.id)  # fmt: skip
+            else:
+                slot.last_error = str(e)
+                log.error("%s", e)
             slot.first_load(e if isinstance(e, ModelLoadError) else ModelLoadError(str(e)))
             return str(e)
         slot.state = READY  # last_error stays: describe shows why the worker last restarted
@@ -292,7 +301,7 @@ class WorkerPool:
             slot.busy = False
         if isinstance(reply, str):  # killed on a timeout, or died
             slot.last_error = reply
-            log.error("model %s version %s: %s", name, version, reply)
+            (log.warning if slot.stopping else log.error)("model %s version %s: %s", name, version, reply)
             await worker.wait_exit(10.0)
             return False
         self.metrics.handler_time(name, version, float(reply.get("handler_ms", 0.0)))
@@ -318,11 +327,19 @@ class WorkerPool:
         self._report()
 
     def _no_worker_error(self) -> ModelNotReady:
-        return ModelNotReady(f'Model "{self.spec.model_name}" Version {self.spec.version} has no worker to serve '
-                             "inference request. Please use scale workers API to add workers.")  # fmt: skip
+        return no_worker_error(f'"{self.spec.model_name}" Version {self.spec.version}', self.load_error())
 
     def _report(self) -> None:
         self.metrics.workers(self.spec.model_name, self.spec.version, self.live, len(self.slots))
+
+
+def no_worker_error(where: str, load_error: str | None) -> ModelNotReady:
+    """503 for a model with no worker to serve: with the load error describe shows when its workers failed, else
+    TorchServe's advice to scale workers."""
+    if load_error:
+        return ModelNotReady(f"Model {where} has no worker to serve inference request: {load_error}")
+    return ModelNotReady(f"Model {where} has no worker to serve inference request. Please use scale workers API to "
+                         "add workers.")  # fmt: skip
 
 
 def _optimization(worker: WorkerProcess | None) -> dict[str, Any]:

@@ -112,17 +112,18 @@ class ServerProcess:
     def metrics(self) -> str:
         return f"http://127.0.0.1:{self.ports['metrics']}"
 
-    def start(self, attempts: int = 3) -> ServerProcess:
+    def start(self, attempts: int = 3, healthy: bool = True) -> ServerProcess:
+        """Start and wait until `/ping` says Healthy (with `healthy=False`: until it answers at all)."""
         for attempt in range(attempts):
             try:
-                return self._start()
+                return self._start(healthy)
             except PortTaken:
                 if attempt == attempts - 1:
                     raise
                 self._write_config()
         raise AssertionError("unreachable")
 
-    def _start(self) -> ServerProcess:
+    def _start(self, healthy: bool = True) -> ServerProcess:
         cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--model-store", str(self.store),
                "--ts-config", str(self.workdir / "config.properties"), *self.flags]  # fmt: skip
         env = dict(os.environ, TMPDIR=str(self.workdir))
@@ -137,7 +138,7 @@ class ServerProcess:
                 error = PortTaken if any(t in log[start_of_log:].lower() for t in taken) else RuntimeError
                 raise error(f"serve exited with {self.proc.returncode}:\n{log[-4000:]}")
             try:
-                if httpx.get(self.inference + "/ping", timeout=2).status_code == 200:
+                if httpx.get(self.inference + "/ping", timeout=2).status_code == 200 or not healthy:
                     return self  # ready: the startup models have loaded
             except httpx.TransportError:
                 pass
