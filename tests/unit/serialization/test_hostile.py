@@ -258,6 +258,54 @@ def test_safetensors_header_length_lies(tmp_path: Path) -> None:
         load_bytes(safetensors_file(b"{not json"), tmp_path, "model.safetensors")
 
 
+def _rezip(data: bytes, deflate: str, payload: bytes | None = None) -> bytes:
+    """The zip `data` with its entry ending in `deflate` compressed (its bytes replaced by `payload` if given)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            if info.filename.endswith(deflate):
+                raw = src.read(info) if payload is None else payload
+                dst.writestr(info.filename, raw, compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                dst.writestr(info.filename, src.read(info))
+    return out.getvalue()
+
+
+def test_compressed_data_pkl_bomb_is_refused_before_inflating(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    save({"w": serve.ones(2)}, buf)
+    bomb = _rezip(buf.getvalue(), "/data.pkl", b"\x80\x02" + b"N" * (8 << 20) + b".")  # 8 MiB in ~8 KB
+    assert len(bomb) < 64 << 10
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=r"data.pkl' is compressed and unpacks from \d+ to 8388611 bytes"):
+            load_bytes(bomb, tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20
+
+
+def test_compressed_data_pkl_within_the_ratio_loads(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    save({"w": serve.arange(4.0), "n": {"k": [1, 2.5, "s"]}}, buf)
+    loaded = load_bytes(_rezip(buf.getvalue(), "/data.pkl"), tmp_path)
+    assert loaded["n"] == {"k": [1, 2.5, "s"]}
+    assert loaded["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_compressed_npz_array_bomb_is_refused(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, a=np.zeros(4 << 20, np.uint8), b=np.arange(10, dtype=np.float32))
+    assert len(buf.getvalue()) < 64 << 10
+    with pytest.raises(CheckpointError, match=r"'a.npy' is compressed and unpacks from \d+ to \d+ bytes"):
+        load_bytes(buf.getvalue(), tmp_path, "x.npz")
+    small = io.BytesIO()
+    np.savez_compressed(small, a=np.zeros(1000, np.uint8), b=np.arange(10, dtype=np.float32))
+    loaded = load_bytes(small.getvalue(), tmp_path, "y.npz")
+    assert loaded["b"].tolist() == list(range(10))
+
+
 def _u8(begin: int, end: int) -> bytes:
     return f'{{"dtype": "U8", "shape": [{end - begin}], "data_offsets": [{begin}, {end}]}}'.encode()
 
