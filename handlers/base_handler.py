@@ -24,9 +24,9 @@ reports ready (serve/worker/optimizing.py). The vision, text and tensor handlers
 
 Where we differ from TorchServe, on purpose:
 - Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
-  (`fn` raises ValueError, InvalidInput or PredictionException) answers with its own status code and the body
-  `{"code": ..., "type": ..., "message": ...}`, and the batch carries on with the other requests (TorchServe
-  fails the whole batch). An error outside a row (in inference, say) still fails the whole batch.
+  (`fn` raises ValueError, RecursionError, InvalidInput or PredictionException) answers with its own status code
+  and the body `{"code": ..., "type": ..., "message": ...}`, and the batch carries on with the other requests
+  (TorchServe fails the whole batch). An error outside a row (in inference, say) still fails the whole batch.
 - `explain_handle` raises PredictionException(501) unless the handler implements `get_insights` (TorchServe
   raises AttributeError); `describe_handle` returns None, as TorchServe's.
 - A handler module used by name must define exactly one class, as TorchServe's loader requires.
@@ -210,8 +210,10 @@ class BaseHandler:
                 value = fn(payload)
             except PredictionException as e:
                 self.row_error(idx, e.code, e.message, type(e).__name__)
-            except (InvalidInput, ValueError) as e:
+            except (InvalidInput, ValueError) as e:  # ValueError: json's too (bad JSON, an int over the digit limit)
                 self.row_error(idx, 400, str(e), "InvalidInput")
+            except RecursionError:  # JSON (or a list) nested too deeply
+                self.row_error(idx, 400, "the input is nested too deeply", "InvalidInput")
             else:
                 good.append(idx)
                 values.append(value)

@@ -14,8 +14,10 @@ Results are serialised as TorchServe's backend does: bytes as they are, str as U
 bytes (TorchServe: `torch.save`), anything else as `json.dumps(value, indent=2)`. Unlike TorchServe, a response
 carries a content type even when the handler sets none (octet-stream, text/plain or JSON by the value's kind), and
 a result that cannot be serialised or is over `max_response_size` fails only its own request (503 / 507), not the
-batch. A handler whose `handle` returns an iterator streams: each item it yields is a list with one chunk per
-request.
+batch. A request whose input cannot be decoded (JSON nested too deeply, an integer over the digit limit) is answered
+400 on its own and never reaches the handler, which runs the rest of the batch. JSON results are standard JSON: NaN
+and Infinity are written as null. A handler whose `handle` returns an iterator streams: each item it yields is a
+list with one chunk per request.
 
 GPUs (gpu.py): a worker given `--gpu N` makes cuda:N current before the handler loads (or warns and runs on the
 CPU when CUDA is not usable). A batch that runs out of memory answers 507 with a message naming the device and
@@ -39,7 +41,9 @@ from typing import Any, BinaryIO
 import serve
 from serve.archive import open_archive
 from serve.batching.job import DESCRIBE, InferenceRequest
-from serve.errors import PredictionException
+from serve.batching.json_values import DECODE_ERRORS, decode_error_text
+from serve.batching.json_values import dumps as json_dumps
+from serve.errors import InvalidInput, PredictionException
 from serve.worker import gpu
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
@@ -48,6 +52,8 @@ from serve.worker.protocol import decode_batch, read_message_sync, write_message
 
 log = logging.getLogger("serve.worker")
 TRACEBACK_FRAMES = 4
+# what TorchServe's clients would call bad input: a handler raising one of these answers 400, not 503
+BAD_INPUT_ERRORS = (InvalidInput, json.JSONDecodeError, UnicodeDecodeError)
 EXIT_CONTEXT_LOST = 3  # a CUDA error left the context unusable: the server starts a fresh worker
 
 
@@ -132,6 +138,7 @@ class BatchRunner:
 
     def __init__(self, handler: Handler, context: Context, channel: BinaryIO, max_response_size: int,
                  device: str | None = None) -> None:  # fmt: skip
+        self.refused: dict[int, dict[str, Any]] = {}  # this batch's requests whose input did not decode (400)
         self.handler, self.context, self.channel = handler, context, channel
         self.max_response_size = max_response_size
         self.device = device  # "cuda:N" when the handler runs on a GPU
@@ -140,27 +147,34 @@ class BatchRunner:
     def run(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         batch_id = header["id"]
         requests = decode_batch(header, payloads)
-        self.context.begin_batch({i: r.request_id for i, r in enumerate(requests)},
-                                 [_handler_headers(r, header.get("kind") == DESCRIBE) for r in requests])  # fmt: skip
+        inputs, self.refused = _decode_inputs(requests)
+        kept = [r for i, r in enumerate(requests) if i not in self.refused]
+        self.context.begin_batch({i: r.request_id for i, r in enumerate(kept)},
+                                 [_handler_headers(r, header.get("kind") == DESCRIBE) for r in kept])  # fmt: skip
         self.context.metrics.clear()
         started = time.perf_counter()
         end: dict[str, Any] = {}
         bodies: list[bytes] = []
-        out_of_memory = False
+        out_of_memory = streamed = False
         try:
-            output = self.handler.handle([r.handler_inputs() for r in requests], self.context)
+            output = self.handler.handle(inputs, self.context) if kept else []
             if isinstance(output, Iterator):
-                self._stream(batch_id, output, len(requests))
+                streamed = True
+                self._stream(batch_id, output, len(kept))
                 end = {"end": True}
             else:
-                responses, bodies = self._responses(output, len(requests))
+                responses, bodies = self._responses(output, len(kept))
                 end = {"responses": responses}
         except BatchFailed as e:
             end = {"error": {"code": e.code, "type": e.error_type, "message": e.message}}
         except Exception as e:  # every handler failure answers the batch; the worker lives on (but see gpu.py)
-            end = {"error": batch_error(e, self.device, len(requests))}
+            end = {"error": batch_error(e, self.device, len(kept))}
             out_of_memory = gpu.is_out_of_memory(e)
             self.context_lost = self.device is not None and gpu.is_fatal(e)
+        if "error" in end and self.refused and not streamed:  # the refused requests keep their own 400
+            end = {"responses": [_error_response(end["error"], bodies) for _ in kept]}
+        if "responses" in end:
+            end["responses"] = self._with_refused(end["responses"], bodies, len(requests))
         handler_ms = (time.perf_counter() - started) * 1000
         result = {"type": "result", "id": batch_id, **end, "handler_ms": handler_ms, "metrics": self._metrics()}
         write_message_sync(self.channel, result, bodies)
@@ -170,10 +184,19 @@ class BatchRunner:
         elif out_of_memory:
             gpu.release_memory(self.device)
 
+    def _with_refused(self, responses: list[dict[str, Any]], bodies: list[bytes], n: int) -> list[dict[str, Any]]:
+        """`responses` (one per request the handler saw) with each refused request's 400 at its place in the batch."""
+        if not self.refused:
+            return responses
+        kept = iter(responses)
+        return [_error_response(self.refused[i], bodies) if i in self.refused else next(kept) for i in range(n)]
+
     def _stream(self, batch_id: int, output: Iterator[Any], n: int) -> None:
         for item in output:
             responses, bodies = self._responses(item, n)
+            responses = self._with_refused(responses, bodies, n + len(self.refused))
             write_message_sync(self.channel, {"type": "chunk", "id": batch_id, "responses": responses}, bodies)
+            self.refused = {i: {**e, "message": ""} for i, e in self.refused.items()}  # later chunks: status only
 
     def _responses(self, output: Any, n: int) -> tuple[list[dict[str, Any]], list[bytes]]:
         if not isinstance(output, (list, tuple)):
@@ -214,6 +237,26 @@ class BatchRunner:
         return records
 
 
+def _decode_inputs(requests: list[InferenceRequest]) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """The handler inputs of the requests that decode, and an error (400) for each that does not, by batch index:
+    one request's hostile body must not fail its batch-mates."""
+    inputs: list[dict[str, Any]] = []
+    refused: dict[int, dict[str, Any]] = {}
+    for i, request in enumerate(requests):
+        try:
+            inputs.append(request.handler_inputs())
+        except (InvalidInput, *DECODE_ERRORS) as e:
+            message = str(e) if isinstance(e, InvalidInput) else f"the input cannot be decoded: {decode_error_text(e)}"
+            refused[i] = {"code": 400, "type": "BadRequestException", "message": message}
+    return inputs, refused
+
+
+def _error_response(error: dict[str, Any], bodies: list[bytes]) -> dict[str, Any]:
+    """A per-request response carrying `error` ({code, type, message}) as TorchServe's error body."""
+    bodies.append(json.dumps(error, indent=2).encode() if error["message"] else b"")
+    return {"status": error["code"], "headers": {}, "content_type": "application/json", "body": len(bodies) - 1}
+
+
 def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any]:
     """TorchServe's per-request header dict: each input's content type, then the request headers, then the
     `explain`/`describe` flags the frontend adds."""
@@ -226,20 +269,27 @@ def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any
 
 
 def batch_error(e: Exception, device: str | None = None, batch: int = 1) -> dict[str, Any]:
-    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 507 when memory
-    ran out (on `device`, None for the host), else 500; the message names the exception. The traceback goes to
-    the worker's log.
+    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 400 when the
+    input was bad (InvalidInput, the built-in handlers' checks; json.JSONDecodeError, UnicodeDecodeError), 507 when
+    memory ran out (on `device`, None for the host), 500 for a CUDA error that ends the worker, else TorchServe's
+    503 "Prediction failed" with the exception's text. The traceback goes to the worker's log.
 
     Unlike TorchServe, which answers 507 for any exception whose text contains "CUDA", only allocation failures
     are 507 here: a CUDA error from a bug is a 500 that says what it was."""
-    log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
     if isinstance(e, PredictionException) or type(e).__name__ == "PredictionException":
+        log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
         code = getattr(e, "code", None) or getattr(e, "error_code", None) or 500
         return {"code": int(code), "type": "PredictionException", "message": getattr(e, "message", None) or str(e)}
+    if isinstance(e, BAD_INPUT_ERRORS):
+        log.warning("handler refused a batch's input: %s: %s", type(e).__name__, e)
+        return {"code": 400, "type": "BadRequestException", "message": f"{type(e).__name__}: {e}"}
+    log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
     if gpu.is_out_of_memory(e):
         message = gpu.out_of_memory_message(e, gpu.exhausted_device(e, device), batch)
         return {"code": 507, "type": type(e).__name__, "message": message}
-    return {"code": 500, "type": type(e).__name__, "message": f"{type(e).__name__}: {e}"}
+    if gpu.is_fatal(e):
+        return {"code": 500, "type": type(e).__name__, "message": f"{type(e).__name__}: {e}"}
+    return {"code": 503, "type": "InternalServerException", "message": f"Prediction failed: {type(e).__name__}: {e}"}
 
 
 def serialize(value: Any) -> tuple[bytes, str]:
@@ -252,7 +302,7 @@ def serialize(value: Any) -> tuple[bytes, str]:
         buffer = io.BytesIO()
         serve.save(value, buffer)
         return buffer.getvalue(), "application/octet-stream"
-    return json.dumps(value, indent=2, default=_json_default).encode(), "application/json"
+    return json_dumps(value, indent=2, default=_json_default).encode(), "application/json"  # NaN, Infinity: null
 
 
 def _json_default(value: Any) -> Any:

@@ -7,14 +7,13 @@ JSON is written as TorchServe's Gson does: 2-space indent, `"key": value`, a tra
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from serve.batching import InferenceResponse
+from serve.batching import InferenceResponse, json_values
 from serve.errors import ServeError
 from serve.frontends.errors import error_info
 
@@ -24,7 +23,7 @@ JSON = "application/json"
 
 
 def pretty_json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(obj, indent=2) + "\n", status_code=status, headers=headers, media_type=JSON)
+    return Response(json_values.dumps(obj, indent=2) + "\n", status_code=status, headers=headers, media_type=JSON)
 
 
 def status_response(message: str, status: int = 200) -> Response:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from serve.batching import json_values
 from serve.errors import InvalidInput
 from serve.frontends.oip import tensors
 from serve.frontends.oip.core import InferInput, InferRequest, InferResponse, RequestedOutput
@@ -28,8 +29,9 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
     head, blobs = tensors.split_body(body, length)
     try:
         value = json.loads(head)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f"the inference request is not JSON ({e}); binary tensors need the header "
+    except json_values.DECODE_ERRORS as e:
+        why = json_values.decode_error_text(e)
+        raise InvalidInput(f"the inference request is not JSON ({why}); binary tensors need the header "
                            "Inference-Header-Content-Length with the JSON part's length") from None  # fmt: skip
     if not isinstance(value, dict) or not isinstance(value.get("inputs"), list):
         raise InvalidInput('the inference request must be a JSON object with "inputs": [{name, datatype, shape, data}]')
@@ -93,7 +95,7 @@ def encode_response(response: InferResponse, request: InferRequest) -> tuple[byt
     if response.parameters:
         body["parameters"] = response.parameters
     body["outputs"] = outputs
-    head = json.dumps(body, separators=(",", ":")).encode()
+    head = json_values.dumps(body, separators=(",", ":")).encode()
     if not blobs:
         return head, None
     return tensors.join_body(head, blobs), len(head)

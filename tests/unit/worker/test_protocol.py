@@ -7,10 +7,11 @@ import asyncio
 import io
 import json
 
+import numpy as np
 import pytest
 
 from serve.batching import InferenceRequest
-from serve.errors import PredictionException
+from serve.errors import InvalidInput, PredictionException
 from serve.worker import Context
 from serve.worker.process import BatchRunner, batch_error, serialize
 from serve.worker.protocol import (
@@ -81,11 +82,14 @@ def test_serialize_and_batch_errors():
         serialize(object())
     assert batch_error(PredictionException("nope", 513)) == {"code": 513, "type": "PredictionException",
                                                              "message": "nope"}  # fmt: skip
-    assert batch_error(KeyError("k"))["message"] == "KeyError: 'k'"
+    assert batch_error(KeyError("k")) == {"code": 503, "type": "InternalServerException",
+                                          "message": "Prediction failed: KeyError: 'k'"}  # fmt: skip
+    assert batch_error(InvalidInput("bad shape"))["code"] == 400
+    assert batch_error(json.JSONDecodeError("Expecting value", "x", 0))["code"] == 400
     assert batch_error(MemoryError())["code"] == 507
 
 
-def run_batch(handle, bodies, max_response_size=1000):
+def run_batch(handle, bodies, max_response_size=1000, decode=False):
     class Handler:
         def handle(self, data, context):
             return handle(data, context)
@@ -93,7 +97,8 @@ def run_batch(handle, bodies, max_response_size=1000):
     channel = io.BytesIO()
     context = Context("m", ".", None, 4, None, "0")
     runner = BatchRunner(Handler(), context, channel, max_response_size)
-    requests = [InferenceRequest(f"r{i}", {"body": b}) for i, b in enumerate(bodies)]
+    json_type = {"body": "application/json"} if decode else {}
+    requests = [InferenceRequest(f"r{i}", {"body": b}, json_type, decode=decode) for i, b in enumerate(bodies)]
     runner.run(*encode_batch(1, "predict", requests))
     channel.seek(0)
     messages = []
@@ -133,3 +138,44 @@ def test_runner_streams_a_generator():
     messages = run_batch(handle, [b"1", b"2"])
     assert [h["type"] for h, _ in messages] == ["chunk", "chunk", "result"]
     assert messages[1][1] == [b"c", b"d"] and messages[2][0]["end"] is True
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_request_whose_json_python_cannot_hold_is_400_and_the_rest_of_its_batch_is_served():
+    seen = []
+
+    def handle(data, context):
+        seen.append([row["body"] for row in data])
+        assert context.get_request_id(0) == "r1" and context.get_request_id(1) == "r3"
+        return [{"got": row["body"]} for row in data]
+
+    [(header, bodies)] = run_batch(handle, [DEEP, b'{"a": 1}', b"9" * 5000, b"[2]"], decode=True)
+    assert seen == [[{"a": 1}, [2]]]
+    assert [r["status"] for r in header["responses"]] == [400, 200, 400, 200]
+    deep, one, huge, two = (json.loads(bodies[r["body"]]) for r in header["responses"])
+    assert deep["code"] == 400 and "nested too deeply" in deep["message"]
+    assert huge["code"] == 400 and "4300 digits" in huge["message"]
+    assert (one, two) == ({"got": {"a": 1}}, {"got": [2]})
+
+
+def test_refused_requests_keep_their_400_when_the_handler_fails_the_rest():
+    def handle(data, context):
+        raise RuntimeError("broken model")
+
+    [(header, bodies)] = run_batch(handle, [DEEP, b"[1]"], decode=True)
+    assert [r["status"] for r in header["responses"]] == [400, 503]
+    assert (
+        json.loads(bodies[header["responses"][1]["body"]])["message"] == "Prediction failed: RuntimeError: broken model"
+    )
+    [(header, _)] = run_batch(lambda data, ctx: 1 / 0, [DEEP], decode=True)  # nothing left: the handler is not called
+    assert [r["status"] for r in header["responses"]] == [400]
+
+
+def test_nan_and_infinity_serialize_as_null():
+    body, _ = serialize({"v": [float("nan"), float("inf"), 1.5], "a": np.array([np.nan, 2.0])})
+    assert json.loads(body, parse_constant=lambda name: pytest.fail(f"not standard JSON: {name}")) == {
+        "v": [None, None, 1.5],
+        "a": [None, 2.0],
+    }

@@ -23,7 +23,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from serve.batching import InferenceRequest
+from serve.batching import InferenceRequest, json_values
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.routers.oip import dataplane_of, json_response, v2_errors
@@ -60,8 +60,9 @@ async def _run(request: Request, explain: bool) -> list[Any]:
     name = request.path_params["model_name"]
     try:
         body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInput(f'the body is not JSON ({e}): send {{"instances": [...]}}') from None
+    except json_values.DECODE_ERRORS as e:
+        why = json_values.decode_error_text(e)
+        raise InvalidInput(f'the body is not JSON ({why}): send {{"instances": [...]}}') from None
     instances = body.get("instances", body.get("inputs")) if isinstance(body, dict) else None
     if not isinstance(instances, list):
         raise InvalidInput('the body must be {"instances": [...]} (or {"inputs": [...]}), one entry per prediction')

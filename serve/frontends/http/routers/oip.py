@@ -15,7 +15,6 @@ TorchServe's body). Any other `/v2/...` path or method is a 404 in the v2 body.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from serve.batching import json_values
 from serve.errors import ModelNotFound, ModelNotReady
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.errors import error_info
@@ -34,7 +34,7 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(json.dumps(value), status_code=status, headers=headers, media_type=JSON)
+    return Response(json_values.dumps(value), status_code=status, headers=headers, media_type=JSON)
 
 
 def v2_errors(endpoint: Endpoint) -> Endpoint:

@@ -1,0 +1,161 @@
+"""Hostile request bodies against a real `serve` process (issue 17 items 2 and 7): one request's bad input fails
+only that request, on every JSON entry point, and every JSON answer is standard JSON.
+
+- A batch of 8 where two requests are hostile (JSON nested 100,000 deep, a 5000-digit integer): those two are 400,
+  the six valid ones 200 with their own answers, all from the same handler call.
+- `/v2/models/{m}/infer` and KServe `/v1` with the same bodies: 400; gRPC `Predictions`: INVALID_ARGUMENT.
+- A handler that raises a plain exception: TorchServe's 503 "Prediction failed" with the exception's text.
+- A handler answering NaN and Infinity: `null` in the body, which a strict parser accepts.
+The server answers /ping and valid requests throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from serve.archive import package
+from serve.frontends.grpc.generated import inference_pb2 as ipb
+from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
+from tests.integration.server import ServerProcess, free_port, lin_archive
+
+TIMEOUT = 30
+BATCH = 8
+DEEP = b"[" * 100_000 + b"]" * 100_000
+HUGE_INT = b"9" * 5000
+
+# Echoes each request's parsed JSON and logs each batch's size; {"sleep": s} sleeps, {"raise": text} raises a plain
+# exception, {"nan": true} answers NaN and Infinity.
+HANDLER = """
+import time
+
+LOG = {log!r}
+
+
+def handle(data, context):
+    if data is None:
+        return None
+    with open(LOG, "a") as f:
+        f.write(f"{{len(data)}}\\n")
+    out = []
+    for row in data:
+        body = row.get("body")
+        if isinstance(body, dict) and "sleep" in body:
+            time.sleep(body["sleep"])
+        if isinstance(body, dict) and "raise" in body:
+            raise RuntimeError(body["raise"])
+        if isinstance(body, dict) and body.get("nan"):
+            out.append({{"values": [float("nan"), float("inf"), -float("inf"), 1.5]}})
+            continue
+        out.append({{"echo": body}})
+    return out
+"""
+
+
+def _strict(text: str) -> Any:
+    """json.loads that refuses NaN and Infinity, as strict parsers (JavaScript's, Go's) do."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"not standard JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    base = tmp_path_factory.mktemp("hostile")
+    store = base / "store"
+    store.mkdir()
+    handler = base / "echo_json.py"
+    handler.write_text(HANDLER.format(log=str(base / "batches.log")))
+    package("echo", "1.0", f"{handler}:handle", export_path=store, progress=False)
+    lin_archive(base / "lin", store)
+    flags = ("--ncs", "--disable-token-auth", "--enable-model-api", "--models", "lin=lin.mar")
+    proc = ServerProcess(base / "run", store, *flags, grpc_inference_port=free_port()).start()
+    register = f"url=echo.mar&batch_size={BATCH}&max_batch_delay=2000&initial_workers=1&synchronous=true"
+    assert httpx.post(f"{proc.management}/models?{register}", timeout=60).status_code == 200
+    proc.batches = base / "batches.log"  # type: ignore[attr-defined]
+    yield proc
+    proc.stop()
+
+
+def _post(server: ServerProcess, path: str, body: bytes) -> httpx.Response:
+    return httpx.post(server.inference + path, content=body, headers={"Content-Type": "application/json"},
+                      timeout=TIMEOUT)  # fmt: skip
+
+
+def _healthy(server: ServerProcess) -> None:
+    assert httpx.get(server.inference + "/ping", timeout=TIMEOUT).json()["status"] == "Healthy"
+    answer = _post(server, "/v2/models/lin/infer", json.dumps(_v2([[1, 2, 3, 4]])).encode())
+    assert answer.status_code == 200, answer.text
+
+
+def _v2(data: Any) -> dict[str, Any]:
+    return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": data}]}
+
+
+def test_hostile_requests_fail_alone_and_their_batch_mates_are_served(server: ServerProcess) -> None:
+    log: Path = server.batches  # type: ignore[attr-defined]
+    before = len(log.read_text().split()) if log.exists() else 0
+    bodies = [DEEP, HUGE_INT] + [json.dumps({"n": i}).encode() for i in range(BATCH - 2)]
+    with ThreadPoolExecutor(BATCH + 1) as pool:  # the worker sleeps while all 8 queue up: they are one batch
+        busy = pool.submit(_post, server, "/predictions/echo", b'{"sleep": 1.5}')
+        time.sleep(0.5)
+        answers = list(pool.map(lambda b: _post(server, "/predictions/echo", b), bodies))
+        assert busy.result().status_code == 200
+    for hostile in answers[:2]:
+        assert hostile.status_code == 400, hostile.text
+        assert hostile.json()["code"] == 400 and hostile.json()["message"]
+    assert "nested too deeply" in answers[0].json()["message"]
+    assert "4300 digits" in answers[1].json()["message"]
+    for i, answer in enumerate(answers[2:]):
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"echo": {"n": i}}
+    assert log.read_text().split()[before:] == ["1", str(BATCH - 2)]  # the sleeper, then one call for the 6
+    _healthy(server)
+
+
+@pytest.mark.parametrize("body", [DEEP, b'{"inputs": ' + DEEP + b"}", HUGE_INT, b'{"inputs": [' + HUGE_INT + b"]}"])
+def test_v2_and_v1_bodies_python_cannot_hold_are_400(server: ServerProcess, body: bytes) -> None:
+    v2 = _post(server, "/v2/models/lin/infer", body)
+    assert v2.status_code == 400, v2.text
+    assert "not JSON" in v2.json()["error"]
+    v1 = _post(server, "/v1/models/lin:predict", body)
+    assert v1.status_code == 400, v1.text
+    assert "not JSON" in v1.json()["error"]
+    _healthy(server)
+
+
+@pytest.mark.parametrize("data", [DEEP, HUGE_INT])
+def test_grpc_predictions_with_a_hostile_body_is_invalid_argument(server: ServerProcess, data: bytes) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.properties['grpc_inference_port']}") as channel:
+        stub = ipb_grpc.InferenceAPIsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Predictions(ipb.PredictionsRequest(model_name="lin", input={"data": data}), timeout=TIMEOUT)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+        ok = stub.Predictions(ipb.PredictionsRequest(model_name="lin", input={"data": b"[1, 2, 3, 4]"}),
+                              timeout=TIMEOUT)  # fmt: skip
+        assert len(json.loads(ok.prediction)) == 3
+    _healthy(server)
+
+
+def test_a_handler_exception_is_503_prediction_failed_with_its_text(server: ServerProcess) -> None:
+    answer = _post(server, "/predictions/echo", b'{"raise": "the model cannot take this"}')
+    assert answer.status_code == 503, answer.text
+    body = answer.json()
+    assert body["code"] == 503 and body["message"].startswith("Prediction failed")
+    assert "RuntimeError: the model cannot take this" in body["message"]
+    _healthy(server)
+
+
+def test_nan_and_infinity_answer_as_null(server: ServerProcess) -> None:
+    answer = _post(server, "/predictions/echo", b'{"nan": true}')
+    assert answer.status_code == 200, answer.text
+    assert _strict(answer.text) == {"values": [None, None, None, 1.5]}
