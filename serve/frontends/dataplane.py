@@ -144,10 +144,12 @@ class DataPlane:
         return self.registry.describe(name, version, all_versions)
 
     def list_models(self, limit: int = MAX_LIST_LIMIT, next_page_token: int = 0) -> dict:
-        """TorchServe's clamping: a limit over 100 or below 0 becomes 100, a negative token 0."""
-        if limit > MAX_LIST_LIMIT or limit < 0:
-            limit = MAX_LIST_LIMIT
-        return self.registry.list_models(limit, max(next_page_token, 0))
+        """A page of models. Unlike TorchServe, which clamps them silently, a `limit` outside 1..100 or a negative
+        `next_page_token` is a 400 (InvalidInput); a token past the last model is the registry's 400."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidInput(f"Invalid limit: {limit}; it must be an integer from 1 to {MAX_LIST_LIMIT}")
+        _at_least("next_page_token", next_page_token, 0)
+        return self.registry.list_models(limit, next_page_token)
 
     def _require_model_api(self, what: str) -> None:
         if not self.settings.enable_model_api:

@@ -113,16 +113,20 @@ def test_register_bad_json_body_is_400(tmp_path):
     run(check, tmp_path, enable_model_api=True)
 
 
-def test_list_models_pagination_is_clamped_like_torchserve(tmp_path):
+def test_list_models_pagination_out_of_range_is_400_not_clamped(tmp_path):
     async def check(server: Server) -> None:
         r = await server.management.get("/models")
         assert r.json()["models"][0] == {"modelName": "bert", "modelUrl": "bert.mar"}
         assert _last(server, "list_models")[1:] == (100, 0)
-        for query, expected in [("limit=5&next_page_token=2", (5, 2)), ("limit=500", (100, 0)),
-                                ("limit=-1", (100, 0)), ("next_page_token=-3", (100, 0))]:  # fmt: skip
+        for query, expected in [("limit=5&next_page_token=2", (5, 2)), ("limit=100", (100, 0)), ("limit=1", (1, 0))]:
             assert (await server.management.get(f"/models?{query}")).status_code == 200
             assert _last(server, "list_models")[1:] == expected, query
-        assert (await server.management.get("/models?limit=ten")).status_code == 400
+        calls = len(server.registry.calls)
+        for query, name in [("limit=ten", "limit"), ("limit=500", "limit"), ("limit=-1", "limit"), ("limit=0", "limit"),
+                            ("next_page_token=-3", "next_page_token")]:  # fmt: skip
+            r = await server.management.get(f"/models?{query}")
+            assert r.status_code == 400 and f"Invalid {name}" in r.json()["message"], (query, r.text)
+        assert len(server.registry.calls) == calls  # refused before the registry is asked
 
     run(check, tmp_path)
 

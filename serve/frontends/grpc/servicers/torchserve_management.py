@@ -8,7 +8,8 @@ count (`initial_workers`, `min_worker`, `max_worker`) is INVALID_ARGUMENT, as is
 (serve/management/limits.py); TorchServe reads a negative one as "not given".
 
 Deliberate differences from TorchServe:
-- ListModels with `limit` 0 (the proto default) lists up to 100 models (TorchServe: an empty page).
+- ListModels with `limit` 0 (the proto default) lists up to 100 models (TorchServe: an empty page); a `limit` over 100
+  or below 0, or a `next_page_token` out of range, is INVALID_ARGUMENT (TorchServe clamps them).
 - errors map by serve.frontends.errors: the model API switched off is FAILED_PRECONDITION (TorchServe:
   PERMISSION_DENIED "Model API disabled"), an unknown model NOT_FOUND.
 - `s3_sse_kms`, `number_gpu` and ScaleWorker's `timeout` are accepted and ignored.

@@ -69,15 +69,20 @@ def test_describe_one_version_all_versions_and_customized(tmp_path: Path) -> Non
     run(test, tmp_path)
 
 
-def test_list_models_clamps_and_treats_limit_zero_as_the_default(tmp_path: Path) -> None:
+def test_list_models_refuses_out_of_range_and_treats_limit_zero_as_the_default(tmp_path: Path) -> None:
     async def test(env: Env) -> None:
         answer = await stub(env).ListModels(pb.ListModelsRequest())
         assert [m["modelName"] for m in json.loads(answer.msg)["models"]] == ["bert", "mnist"]
         assert env.registry.calls[-1] == ("list_models", 100, 0)
         await stub(env).ListModels(pb.ListModelsRequest(limit=5, next_page_token=1))
         assert env.registry.calls[-1] == ("list_models", 5, 1)
-        await stub(env).ListModels(pb.ListModelsRequest(limit=-3, next_page_token=-1))
-        assert env.registry.calls[-1] == ("list_models", 100, 0)
+        for request in (pb.ListModelsRequest(limit=-3), pb.ListModelsRequest(limit=101),
+                        pb.ListModelsRequest(next_page_token=-1)):  # fmt: skip
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub(env).ListModels(request)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+            assert "Invalid" in (err.value.details() or "")
+        assert env.registry.calls[-1] == ("list_models", 5, 1)
 
     run(test, tmp_path)
 
