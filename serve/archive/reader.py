@@ -25,6 +25,7 @@ from typing import Any
 from serve.archive.extract import extract_tar, extract_zip, remove_tree
 from serve.archive.manifest import (
     BUILTIN_HANDLERS,
+    DEFAULT_HANDLER,
     MANIFEST_PATH,
     MAR_INF,
     check_model_name,
@@ -201,9 +202,30 @@ def _load(model_dir: Path, src: Path, default_name: str, extracted: bool) -> Mod
         check_model_name(default_name)
         manifest = default_manifest(default_name)
     check_references(manifest, model_dir, src.name)
+    _check_not_torchscript(manifest, model_dir, src.name)
     config_name = manifest["model"].get("configFile")
     config = load_model_config(model_dir / config_name) if config_name else {}
     return ModelArchive(model_dir, manifest, src, extracted, config)
+
+
+def _check_not_torchscript(manifest: dict[str, Any], model_dir: Path, source: str) -> None:
+    """A built-in handler loads serializedFile with serve.load, which reads no TorchScript: say so at registration.
+
+    Only the zip's central directory is read. A custom handler may load the file its own way: not checked.
+    """
+    from serve.serialization.torch_zip import TORCHSCRIPT, is_torchscript  # numpy and the runtime: load lazily
+
+    model = manifest["model"]
+    weights = model.get("serializedFile")
+    if not weights or model.get("handler", DEFAULT_HANDLER) not in BUILTIN_HANDLERS:
+        return
+    try:
+        with zipfile.ZipFile(model_dir / weights) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError):
+        return  # not a zip (or unreadable): serve.load judges it when the model loads
+    if is_torchscript(names):
+        raise ArchiveError(f"{source}: manifest model.serializedFile {weights!r}: {TORCHSCRIPT}")
 
 
 def _read_manifest(path: Path, src: Path) -> bytes:

@@ -9,6 +9,7 @@ names it; later tensors on the same storage view the same array.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from serve.errors import CheckpointError
@@ -18,6 +19,11 @@ from serve.serialization.storage import Storage, StorageType, ascii_str, make_st
 from serve.serialization.unpickler import Unpickler
 from serve.serialization.zip_archive import Archive
 
+TORCHSCRIPT = (
+    "this is a TorchScript archive (torch.jit.save), which holds code: TorchScript is not supported by serve. "
+    "Save the weights instead, torch.save(model.state_dict(), 'model.pt'), and archive them with the Module's "
+    "class (model-archiver --model-file model.py --serialized-file model.pt)"
+)
 MAX_FORMAT_VERSION = 10  # torch's kMaxSupportedFileFormatVersion
 _MAX_PICKLE = 1 << 30
 
@@ -37,11 +43,8 @@ def read_torch_zip(archive: Archive, root: str, place: Placement) -> Any:
     outside = next((name for name in archive.entries if not name.startswith(root)), None)
     if outside is not None:
         raise CheckpointError(f"zip entry {outside!r} lies outside the checkpoint's root {root!r}")
-    if root + "constants.pkl" in archive:
-        raise CheckpointError(
-            "this is a TorchScript archive (torch.jit.save), which holds code: it is not supported. "
-            "Save the model's state_dict with torch.save instead"
-        )
+    if is_torchscript(archive.entries):
+        raise CheckpointError(TORCHSCRIPT)
     _check_version(archive, root)
     byteorder = _byteorder(archive, root)
     storages: dict[str, Storage] = {}
@@ -59,6 +62,12 @@ def read_torch_zip(archive: Archive, root: str, place: Placement) -> Any:
 
     data = archive.read(root + "data.pkl", _MAX_PICKLE)
     return Unpickler(data, find_global, persistent_load).load()[0]
+
+
+def is_torchscript(names: Iterable[str]) -> bool:
+    """Whether zip entry names are a TorchScript archive's (torch.jit.save): constants.pkl or code/ under the root."""
+    parts = (n.split("/") for n in names)
+    return any((len(p) == 2 and p[1] == "constants.pkl") or (len(p) > 2 and p[1] == "code") for p in parts)
 
 
 def _storage_id(pid: Any) -> tuple[StorageType, str, str, int]:

@@ -107,6 +107,18 @@ def _manifest_zip(model: dict, files: dict[str, bytes] | None = None, **top: obj
     return lambda p: _zip(p, [("MAR-INF/MANIFEST.json", raw.encode()), *(files or {}).items()])
 
 
+def _torchscript(*names: str) -> bytes:
+    """A zip laid out as torch.jit.save lays one out (entry contents do not matter to the check)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name in ("m/data.pkl", "m/version", *names):
+            z.writestr(name, b"\x80\x02N.")
+    return out.getvalue()
+
+
+TORCHSCRIPT = _torchscript("m/constants.pkl", "m/code/__torch__/m.py")
+
+
 MANIFEST_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "name type": (_manifest_zip({"modelName": 7}), "model.modelName must be a string"),
     "name chars": (_manifest_zip({"modelName": "a/b"}), "special characters"),
@@ -122,6 +134,14 @@ MANIFEST_CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "handler missing": (_manifest_zip({"handler": "h:handle"}), r"neither a built-in handler .* \(h.py is missing\)"),
     "handler outside": (_manifest_zip({"handler": "../h.py"}), "handler '../h.py' would be written"),
     "bad config": (_manifest_zip({"configFile": "c.yaml"}, {"c.yaml": b"a: [1, 2\n"}), "unterminated flow"),
+    "torchscript weights": (
+        _manifest_zip({"serializedFile": "w.pt"}, {"w.pt": TORCHSCRIPT}),
+        r"'w.pt': this is a TorchScript archive .* not supported by serve\. Save the weights instead",
+    ),
+    "torchscript code only": (
+        _manifest_zip({"serializedFile": "w.pt", "handler": "image_classifier"}, {"w.pt": _torchscript("m/code/a.py")}),
+        "TorchScript is not supported",
+    ),
     "deep manifest": (
         lambda p: _zip(p, [("MAR-INF/MANIFEST.json", MANIFEST[:-2] + b', "x": ' + b"[" * 9000 + b"]" * 9000 + b"}}")]),
         r"MANIFEST.json nests lists or mappings more than 64 levels",
@@ -221,6 +241,16 @@ def test_whole_archive_ratio_counts_in_tar_and_zip_alike(tmp_path: Path, monkeyp
     src = _zip(tmp_path / "m.mar", [("MAR-INF/MANIFEST.json", MANIFEST), *many])
     with open_archive(src, limits=Limits(max_ratio=2000)) as a:  # raising the ratio lets a genuine one through
         assert (a.model_dir / "z2").stat().st_size == 1 << 20
+
+
+def test_torchscript_weights_are_left_to_a_custom_handler(tmp_path: Path) -> None:
+    """A handler of the archive's own may load TorchScript its own way; only built-in handlers are judged early."""
+    src = _manifest_zip({"serializedFile": "w.pt", "handler": "h.py"}, {"w.pt": TORCHSCRIPT, "h.py": b""})
+    with open_archive(src(tmp_path / "m.mar")) as a:
+        assert (a.model_dir / "w.pt").read_bytes() == TORCHSCRIPT
+    plain = _manifest_zip({"serializedFile": "w.pt"}, {"w.pt": _torchscript("m/data/0")})  # a torch.save zip
+    with open_archive(plain(tmp_path / "p.mar")) as a:
+        assert (a.model_dir / "w.pt").exists()
 
 
 def test_nesting_within_the_limit_is_accepted(tmp_path: Path) -> None:

@@ -258,6 +258,15 @@ def test_safetensors_header_length_lies(tmp_path: Path) -> None:
         load_bytes(safetensors_file(b"{not json"), tmp_path, "model.safetensors")
 
 
+def test_torchscript_without_constants_is_refused_by_name(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    save({"w": serve.ones(2)}, buf)
+    root, recs = records(buf.getvalue())
+    data = torch_zip(recs["data.pkl"], {"0": recs["data/0"]}, root.rstrip("/"), extra={f"{root}code/m.py": b"x"})
+    with pytest.raises(CheckpointError, match=r"TorchScript is not supported by serve\. Save the weights instead"):
+        load_bytes(data, tmp_path)
+
+
 def _rezip(data: bytes, deflate: str, payload: bytes | None = None) -> bytes:
     """The zip `data` with its entry ending in `deflate` compressed (its bytes replaced by `payload` if given)."""
     out = io.BytesIO()
