@@ -13,7 +13,10 @@ return one tensor (batch, ...); request i gets row i.
 
 Output per request: a JSON (nested) list, or `.npy` bytes when its Accept header prefers
 `application/x-npy` or `application/octet-stream` (the response content type says which).
-Bad input (neither .npy nor JSON, a ragged list, strings or objects, an unsupported dtype): a 400 that says so.
+Bad input (neither .npy nor JSON, a ragged list, strings or objects, an unsupported dtype, a `.npy` header that
+claims more elements than its bytes hold, checked before numpy allocates them): a 400 that says so. When the
+model-config declares the input's shape (`handler: {inputs: [{shape: [-1, 4]}]}`, -1 any size, the first the
+batch), a request of a shape that contradicts it is a 400 naming both shapes, not a failure inside the model.
 
 Warm-up: only when the model-config gives one request's shape, `example_input_shape: [3, 224, 224]` (in the
 `handler:` section or at the top level): `example_inputs(b)` is then (b, *shape) in `handler.dtype` (float32).
@@ -67,6 +70,7 @@ class TensorHandler(BaseHandler):
         self.output_name = _first_name(self.handler_config.get("outputs"), DEFAULT_OUTPUT) or DEFAULT_OUTPUT
         self.rows: list[Row] = []
         self.example_shape = example_input_shape(self.handler_config, self.model_yaml_config)
+        self.declared_shape = _first_shape(self.handler_config.get("inputs"))  # (batch, ...), -1 any; None: any
 
     def example_inputs(self, batch_size: int) -> tuple[serve.Tensor, ...] | None:
         """(batch, *example_input_shape) in the handler's input dtype (float32 by default), when the model-config
@@ -95,8 +99,11 @@ class TensorHandler(BaseHandler):
         if isinstance(payload, (bytes, bytearray)) and bytes(payload[:6]) != NPY_MAGIC:
             payload = _parse_json(payload)  # a v2 body that reached the handler undecoded
         if isinstance(payload, dict) and isinstance(payload.get("inputs"), list):
-            return decode_v2(payload, self.input_name), True
-        return decode_array(payload)[None], False
+            rows, v2 = decode_v2(payload, self.input_name), True
+        else:
+            rows, v2 = decode_array(payload)[None], False
+        check_declared_shape(rows.shape, self.declared_shape)
+        return rows, v2
 
     def postprocess(self, data: Any) -> list[Any]:
         if not isinstance(data, serve.Tensor):
@@ -184,6 +191,26 @@ def decode_v2(body: dict[str, Any], expected_name: str | None = None) -> np.ndar
         raise InvalidInput(f"input {name!r}: data does not fit {datatype} of shape {shape}: {e}") from None
 
 
+def check_declared_shape(shape: tuple[int, ...], declared: tuple[int, ...] | None) -> None:
+    """InvalidInput naming both shapes when `shape` (batch, ...) contradicts the model-config's declared input
+    shape (-1: any size; a declared shape one shorter is taken as given without the batch dimension)."""
+    if declared is None:
+        return
+    actual = shape[1:] if len(declared) == len(shape) - 1 else shape
+    if len(actual) != len(declared) or any(d not in (-1, n) for d, n in zip(declared, actual)):
+        raise InvalidInput(f"input shape {list(shape)} contradicts the model-config's declared input shape "
+                           f"{list(declared)} (-1: any size): send an array of that shape")  # fmt: skip
+
+
+def _first_shape(specs: Any) -> tuple[int, ...] | None:
+    """The shape of model-config `handler.inputs[0]`, when it is a list of integers."""
+    if isinstance(specs, list) and specs and isinstance(specs[0], dict):
+        shape = specs[0].get("shape")
+        if isinstance(shape, list) and shape and all(type(n) is int for n in shape):
+            return tuple(shape)
+    return None
+
+
 def _first_name(specs: Any, default: str | None) -> str | None:
     """The first tensor name of model-config `handler.inputs` / `handler.outputs`, else the default."""
     if isinstance(specs, list) and specs and isinstance(specs[0], dict) and "name" in specs[0]:
@@ -203,6 +230,7 @@ def decode_array(payload: Any) -> np.ndarray:
 
 
 def _load_npy(data: bytes) -> np.ndarray:
+    _check_npy_size(data)
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as e:
@@ -212,6 +240,27 @@ def _load_npy(data: bytes) -> np.ndarray:
     except (EOFError, OSError) as e:
         raise InvalidInput(f"the .npy input is truncated or malformed: {e}") from None
     return array
+
+
+def _check_npy_size(data: bytes) -> None:
+    """InvalidInput when the .npy header claims more elements than its bytes hold (numpy would first allocate
+    the claimed size: a 100-byte request could ask for terabytes)."""
+    stream = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(stream)
+    except (ValueError, EOFError, OSError, SyntaxError, TypeError) as e:
+        raise InvalidInput(f"the .npy input is truncated or malformed: {e}") from None
+    if dtype.hasobject:
+        return  # np.load refuses it with its own message
+    count = 1
+    for n in shape:
+        count *= int(n)
+    needed, held = count * dtype.itemsize, len(data) - stream.tell()
+    if needed > held:
+        raise InvalidInput(f"the .npy input is truncated or malformed: its header claims shape {tuple(shape)} of "
+                           f"{dtype} ({needed} bytes) but it holds {held} bytes of data")  # fmt: skip
 
 
 def _parse_json(payload: bytes | bytearray | str) -> Any:

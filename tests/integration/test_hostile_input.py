@@ -11,6 +11,7 @@ The server answers /ping and valid requests throughout.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Any
 
 import grpc
 import httpx
+import numpy as np
 import pytest
 
 from serve.archive import package
@@ -97,8 +99,8 @@ def _healthy(server: ServerProcess) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def _v2(data: Any) -> dict[str, Any]:
-    return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": data}]}
+def _v2(data: Any, shape: list[int] | None = None) -> dict[str, Any]:
+    return {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": shape or [1, 4], "data": data}]}
 
 
 def test_hostile_requests_fail_alone_and_their_batch_mates_are_served(server: ServerProcess) -> None:
@@ -159,3 +161,16 @@ def test_nan_and_infinity_answer_as_null(server: ServerProcess) -> None:
     answer = _post(server, "/predictions/echo", b'{"nan": true}')
     assert answer.status_code == 200, answer.text
     assert _strict(answer.text) == {"values": [None, None, None, 1.5]}
+
+
+def test_tensor_inputs_that_contradict_the_model_are_400(server: ServerProcess) -> None:
+    wrong = _post(server, "/v2/models/lin/infer", json.dumps(_v2([[1, 2, 3, 4, 5]], [1, 5])).encode())
+    assert wrong.status_code == 400, wrong.text
+    assert "contradicts the model-config's declared input shape [-1, 4]" in wrong.json()["error"]
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 4)})
+    claims = httpx.post(server.inference + "/predictions/lin", content=header.getvalue() + b"\0" * 16,
+                        headers={"Content-Type": "application/octet-stream"}, timeout=TIMEOUT)  # fmt: skip
+    assert claims.status_code == 400, claims.text
+    assert "header claims shape (1000000000000, 4)" in claims.json()["message"]
+    _healthy(server)

@@ -110,7 +110,8 @@ def test_infer_errors(client: triton.InferenceServerClient) -> None:
     bad_shape.set_data_from_numpy(np.ones((1, 5), np.float32))
     with pytest.raises(InferenceServerException) as info:
         client.infer("lin", [bad_shape])
-    assert info.value.status() == "503" and "shape" in str(info.value.message())  # the model takes 4 features
+    declared = "[1, 5] contradicts the model-config's declared input shape [-1, 4]"  # the model takes 4 features
+    assert info.value.status() == "400" and declared in str(info.value.message())
     with pytest.raises(InferenceServerException, match="Model not found"):
         client.infer("nope", [wrong])
 

@@ -176,3 +176,32 @@ def test_bad_inputs_say_what_was_wrong(payload, message):
 )
 def test_accept_header_preference(accept, expected):
     assert preferred_type(accept) == expected
+
+
+def npy_claiming(shape: tuple[int, ...], data: bytes) -> bytes:
+    """A .npy whose header claims `shape` of float32, followed by `data`."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+@pytest.mark.parametrize("shape", [(10**12,), (1 << 20, 1 << 20), (5,)])
+def test_an_npy_header_claiming_more_than_its_bytes_is_400_before_any_allocation(shape):
+    with pytest.raises(InvalidInput, match=r"truncated or malformed: its header claims shape .* but it holds 16 bytes"):
+        decode_array(npy_claiming(shape, b"\x00" * 16))
+    assert decode_array(npy_claiming((4,), b"\x00" * 16)).shape == (4,)
+
+
+def test_a_shape_contradicting_the_declared_input_shape_is_400_naming_both(started):
+    config = {"handler": {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 2, 3, 3]}]}}
+    handler, ctx = started(config=config, n=3)
+    data = [
+        {"data": np.ones((2, 3, 3)).tolist()},
+        {"body": npy(np.ones((2, 4, 4), np.float32))},
+        {"body": {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 3, 3], "data": [0.0] * 9}]}},
+    ]
+    out = handler.handle(data, ctx)
+    assert [ctx.get_response_status(i)[0] for i in range(3)] == [200, 400, 400]
+    assert out[1]["message"].startswith("input shape [1, 2, 4, 4] contradicts the model-config's declared input "
+                                        "shape [-1, 2, 3, 3]")  # fmt: skip
+    assert "input shape [1, 3, 3] contradicts" in out[2]["message"] and "[-1, 2, 3, 3]" in out[2]["message"]
