@@ -10,6 +10,8 @@ config.properties `models` {name: {version: {...}}} < the archive's model-config
   request wins, like every other parameter.
 - `initial_workers` sets both min and max workers; the YAML's pair applies only when maxWorkers >= minWorkers.
 - A YAML value of the wrong type or range is ignored with a warning naming it, as in TorchServe.
+- TorchServe keys serve does not implement are refused (400) when they would change behaviour, else warned about
+  and listed in describe's `ignoredConfigKeys` (serve/management/config_keys.py).
 
 Ours (TorchServe has neither), checked at registration, a bad value refused with 400:
 - `dtype: float32 | float16 | bfloat16` (default float32): the handler converts the model's floating-point
@@ -39,6 +41,7 @@ from serve.archive import ModelArchive
 from serve.batching import Batcher, JobQueue
 from serve.config import Settings
 from serve.errors import InvalidInput, ModelNotReady
+from serve.management.config_keys import unsupported_keys
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
 from serve.metrics import ServerMetrics
@@ -76,6 +79,7 @@ class VersionConfig:
     dtype: str = "float32"
     gpu_memory_fraction: float | None = None
     optimize: bool = True
+    ignored_keys: tuple[str, ...] = ()  # TorchServe model-config keys serve ignores (config_keys.py)
 
 
 def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
@@ -100,6 +104,7 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         if params.get(key) is not None:
             values[key] = params[key]
     where = f"model-config of {name} version {version}"
+    ignored = unsupported_keys(yaml, where)
     return VersionConfig(
         **values,
         gpu_ids=_gpu_ids(settings, yaml, where),
@@ -107,6 +112,7 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         dtype=model_dtype(yaml, where),
         gpu_memory_fraction=_memory_fraction(yaml, where),
         optimize=_optimize(yaml, where),
+        ignored_keys=ignored,
     )
 
 
@@ -242,6 +248,8 @@ class ModelVersion:
         out["dtype"] = c.dtype
         if c.gpu_memory_fraction is not None:
             out["gpuMemoryFraction"] = c.gpu_memory_fraction
+        if c.ignored_keys:
+            out["ignoredConfigKeys"] = list(c.ignored_keys)
         out.update({
             "continuousBatching": False, "useJobTicket": False, "useVenv": False, "stateful": False,
             "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 1, "maxSequenceJobQueueSize": 1,
