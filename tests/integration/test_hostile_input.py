@@ -3,7 +3,9 @@ only that request, on every JSON entry point, and every JSON answer is standard 
 
 - A batch of 8 where two requests are hostile (JSON nested 100,000 deep, a 5000-digit integer): those two are 400,
   the six valid ones 200 with their own answers, all from the same handler call.
-- `/v2/models/{m}/infer` and KServe `/v1` with the same bodies: 400; gRPC `Predictions`: INVALID_ARGUMENT.
+- `/v2/models/{m}/infer`, KServe `/v1` and a register body with the same bodies: 400; gRPC `Predictions`:
+  INVALID_ARGUMENT.
+- The tensor handler: a shape contradicting the model-config's, or a .npy header claiming more than its bytes: 400.
 - A handler that raises a plain exception: TorchServe's 503 "Prediction failed" with the exception's text.
 - A handler answering NaN and Infinity: `null` in the body, which a strict parser accepts.
 The server answers /ping and valid requests throughout.
@@ -173,4 +175,13 @@ def test_tensor_inputs_that_contradict_the_model_are_400(server: ServerProcess) 
                         headers={"Content-Type": "application/octet-stream"}, timeout=TIMEOUT)  # fmt: skip
     assert claims.status_code == 400, claims.text
     assert "header claims shape (1000000000000, 4)" in claims.json()["message"]
+    _healthy(server)
+
+
+@pytest.mark.parametrize("body", [DEEP, b'{"url": "echo.mar", "initial_workers": ' + HUGE_INT + b"}"])
+def test_a_register_body_python_cannot_hold_is_400(server: ServerProcess, body: bytes) -> None:
+    answer = httpx.post(server.management + "/models", content=body, headers={"Content-Type": "application/json"},
+                        timeout=TIMEOUT)  # fmt: skip
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"].startswith("the request body is not valid JSON")
     _healthy(server)

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from serve.batching import json_values
 from serve.batching.decoding import mime_type
 from serve.errors import InvalidInput
 
@@ -25,8 +26,9 @@ async def request_params(request: Request) -> dict[str, Any]:
         if body.strip():
             try:
                 data = json.loads(body)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InvalidInput(f"the request body is not valid JSON: {exc}") from exc
+            except json_values.DECODE_ERRORS as exc:  # deep nesting, an int over the digit limit too
+                why = json_values.decode_error_text(exc)
+                raise InvalidInput(f"the request body is not valid JSON: {why}") from None
             if not isinstance(data, dict):
                 raise InvalidInput(f"the JSON body must be an object of parameters, got {type(data).__name__}")
             params.update(data)

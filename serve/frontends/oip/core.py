@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from serve import __version__
-from serve.batching import InferenceRequest
+from serve.batching import InferenceRequest, json_values
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.oip import tensors
@@ -198,7 +198,7 @@ def parse_handler_answer(body: bytes, content_type: str = "application/json") ->
     """A handler's answer as v2 outputs: `{"outputs": [...]}`, or any other JSON value as one output `output0`."""
     try:
         value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except json_values.DECODE_ERRORS:
         message = f"the handler answered {content_type or 'bytes'} that is not JSON: a v2 answer must be " + (
             '{"outputs": [{"name", "datatype", "shape", "data"}]}'
         )
@@ -239,7 +239,7 @@ def _select(outputs: list[InferOutput], requested: list[RequestedOutput]) -> lis
 def error_message(body: bytes) -> str:
     try:
         value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except json_values.DECODE_ERRORS:
         return body.decode("utf-8", "replace")
     if isinstance(value, dict) and "message" in value:
         return str(value["message"])

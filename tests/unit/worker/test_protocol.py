@@ -179,3 +179,16 @@ def test_nan_and_infinity_serialize_as_null():
         "v": [None, None, 1.5],
         "a": [None, 2.0],
     }
+
+
+def test_a_refused_request_in_a_streamed_batch_gets_its_400_in_the_first_chunk():
+    def handle(data, context):
+        yield [f"a{row['body']}" for row in data]
+        yield [f"b{row['body']}" for row in data]
+
+    messages = run_batch(handle, [b"1", DEEP], decode=True)
+    assert [h["type"] for h, _ in messages] == ["chunk", "chunk", "result"]
+    (first, first_bodies), (second, second_bodies) = messages[0], messages[1]
+    assert [r["status"] for r in first["responses"]] == [200, 400]
+    assert first_bodies[0] == b"a1" and "nested too deeply" in json.loads(first_bodies[1])["message"]
+    assert second_bodies == [b"b1", b""] and [r["status"] for r in second["responses"]] == [200, 400]

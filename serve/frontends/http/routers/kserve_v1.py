@@ -86,7 +86,7 @@ async def _one(dataplane: DataPlane, name: str, instance: Any, headers: dict[str
         raise PredictionException(core.error_message(body), answer.status)
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except json_values.DECODE_ERRORS:
         return body.decode("utf-8", "replace")
 
 
