@@ -2,10 +2,12 @@
 
 Only a background start refuses to run beside a server that holds the pid file (pidfile.py).
 Background start launches `python -m serve.cli.main start --foreground ...` in a new session (so a closing
-terminal does not take it down), output appended to `{log_location}/serve.log`, and returns once the inference
-address answers `GET /ping` with any status (token auth may be on; an answer means the listeners are up). If the
-server exits first, or does not answer within its startup timeout plus a margin, the launch is undone (the server
-is stopped, the pid file removed) and the log of this launch is shown.
+terminal does not take it down), output appended to `{log_location}/serve.log`, and returns once the startup
+models are ready: `GET /ping` answers 200 (a 500 is the server saying it is starting, or unhealthy; any other
+status means something else answers there, and is taken as up). If the server logs that it is up but not healthy
+(a startup model has no ready worker: serve/server.py), exits first, or is not healthy within its startup timeout
+plus a margin, the launch is undone (the server is stopped, the pid file removed), the log of this launch is
+shown, and the exit status is 1.
 Stop sends SIGTERM (the server drains in-flight requests), waits, then SIGKILLs the process group the launcher
 created; then it removes the pid file and `key_file.json`, as `torchserve --stop` does.
 """
@@ -32,6 +34,7 @@ STOP_WAIT_S = 60.0  # SIGTERM -> SIGKILL; the server's own drain is bounded belo
 START_MARGIN_S = 30.0  # beyond default_startup_timeout, for interpreter start and listener binding
 LOG_TAIL_LINES = 40
 LOG_FILE_NAME = "serve.log"
+NOT_HEALTHY = "but is not healthy"  # what serve/server.py logs when it is up without every startup model ready
 
 
 def child_command(start_args: list[str]) -> list[str]:
@@ -91,7 +94,7 @@ def start_background(settings: Settings, start_args: list[str], wait_s: float) -
         pidfile.release(path, os.getpid())
         print(f"serve: cannot launch the server: {e}", file=sys.stderr)
         return 1
-    problem = _wait_for_ping(settings.inference_address, child, wait_s)
+    problem = _wait_for_ping(settings.inference_address, child, wait_s, log_file, offset)
     if problem is None:
         print(f"serve started (pid {child.pid}); logs: {log_file}")
         print(_addresses(settings.inference_address, settings.management_address, settings.metrics_address))
@@ -161,15 +164,17 @@ def _ping_url(address: str) -> str:
     return f"{'https' if tls else 'http'}://{host}:{port}/ping"
 
 
-def _wait_for_ping(address: str, child: subprocess.Popen[bytes], wait_s: float) -> str | None:
-    """None once /ping answers; otherwise why not (the server exited, or the wait ran out)."""
+def _wait_for_ping(address: str, child: subprocess.Popen[bytes], wait_s: float, log_file: Path,
+                   offset: int) -> str | None:  # fmt: skip
+    """None once /ping says Healthy; otherwise why not (a startup model failed, the server exited, the wait ran
+    out)."""
     url = _ping_url(address)
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # our own listener, possibly with a self-signed certificate
     # no proxies: http_proxy in the environment must not route a loopback probe elsewhere
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
-    deadline = time.monotonic() + wait_s
+    deadline, answered = time.monotonic() + wait_s, False
     while time.monotonic() < deadline:
         code = child.poll()
         if code is not None:
@@ -177,11 +182,30 @@ def _wait_for_ping(address: str, child: subprocess.Popen[bytes], wait_s: float) 
         try:
             with opener.open(url, timeout=1.0):
                 return None
-        except urllib.error.HTTPError:
-            return None  # any status means the listener is up
+        except urllib.error.HTTPError as e:
+            answered = True
+            if e.code != 500:
+                return None  # not serve's Unhealthy: the listener is up, its health cannot be told
+            failure = _startup_failure(log_file, offset)
+            if failure is not None:
+                return f"a startup model failed: {failure}"
+            time.sleep(0.1)
         except (urllib.error.URLError, OSError):
             time.sleep(0.1)
+    if answered:
+        return f"the server was not healthy at {url} within {wait_s:g} s"
     return f"the server did not answer {url} within {wait_s:g} s"
+
+
+def _startup_failure(log_file: Path, offset: int) -> str | None:
+    """The line this launch logged when it came up without every startup model ready (serve/server.py), if any."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return next((line.strip() for line in text.splitlines() if NOT_HEALTHY in line), None)
 
 
 def _undo(child: subprocess.Popen[bytes], path: Path) -> None:

@@ -1,6 +1,6 @@
 """`serve start | stop | status`: TorchServe's `torchserve --start/--stop` flags on a subcommand CLI.
 
-    serve start --model-store model_store --models digits=digits.mar   # background; returns once /ping answers
+    serve start --model-store model_store --models digits=digits.mar   # background; returns once /ping says Healthy
     serve start --foreground --ts-config config.properties             # containers, `make run`
     serve status                                                       # exit 0 running, 3 not running
     serve stop                                                         # "serve has stopped."

@@ -264,3 +264,53 @@ def test_background_start_gives_up_after_the_wait(monkeypatch: pytest.MonkeyPatc
     err = capsys.readouterr().err
     assert "did not answer" in err and "loading forever" in err
     assert not pidfile.pid_file_path().exists()
+
+
+# A stand-in serve whose /ping is 500 until `healthy_after` s, then 200; at `fail_after` s it logs serve/server.py's
+# "up but not healthy" line instead (a startup model whose handler crash-loops).
+UNHEALTHY_SERVER = """
+import http.server, sys, threading, time
+port, healthy_after, fail_after = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+start = time.monotonic()
+class Ping(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if time.monotonic() - start > healthy_after else 500)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+def fail():
+    time.sleep(fail_after)
+    print("WARNING serve is listening on 127.0.0.1 but is not healthy: broken version 1.0: broken on purpose",
+          flush=True)
+if fail_after >= 0:
+    threading.Thread(target=fail, daemon=True).start()
+http.server.HTTPServer(("127.0.0.1", port), Ping).serve_forever()
+"""
+
+
+def _start_stand_in(monkeypatch: pytest.MonkeyPatch, healthy_after: float, fail_after: float) -> int:
+    port = free_port()
+    code = [sys.executable, "-c", UNHEALTHY_SERVER, str(port), str(healthy_after), str(fail_after)]
+    monkeypatch.setattr(control, "child_command", lambda args: code)
+    Path("config.properties").write_text(f"inference_address=http://127.0.0.1:{port}\n")
+    try:
+        return main(["start"])
+    finally:
+        record = pidfile.read_record(pidfile.pid_file_path())
+        if record is not None and pidfile.is_running(record):
+            os.kill(record.pid, signal.SIGKILL)
+
+
+def test_background_start_waits_until_the_startup_models_are_healthy(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: Any) -> None:  # fmt: skip
+    started = time.monotonic()
+    assert _start_stand_in(monkeypatch, healthy_after=1.0, fail_after=-1) == 0
+    assert time.monotonic() - started >= 1.0  # the 500s while starting were waited out
+    assert "serve started" in capsys.readouterr().out
+
+
+def test_background_start_fails_when_a_startup_model_fails(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    assert _start_stand_in(monkeypatch, healthy_after=60, fail_after=0.5) == 1
+    err = capsys.readouterr().err
+    assert "a startup model failed" in err and "broken on purpose" in err
+    assert not pidfile.pid_file_path().exists()  # the launch was undone
