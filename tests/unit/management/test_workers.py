@@ -81,9 +81,9 @@ def test_handler_failures_answer_the_batch_and_the_worker_lives_on(tmp_path):
         async with running(tmp_path) as reg:
             await reg.register(root.name, initial_workers=1)
             pid = reg.describe("m")[0]["workers"][0]["pid"]
-            with pytest.raises(PredictionException, match="ValueError: the handler broke on purpose") as e:
+            with pytest.raises(PredictionException, match="Prediction failed: ValueError: the handler broke") as e:
                 await reg.submit("m", None, request("raise"))
-            assert e.value.code == 500
+            assert e.value.code == 503  # TorchServe's status for a handler exception
             with pytest.raises(PredictionException, match="custom failure") as e:
                 await reg.submit("m", None, request("predict_error"))
             assert e.value.code == 599
