@@ -15,7 +15,8 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
 - `health()` checks every version, not only default ones: unhealthy when a version that should have workers has
   none left that is ready or (re)starting within its retry window (pain point 4), and, for a startup model
   version, as long as none of its workers is READY (a handler that crash-loops never makes the server healthy).
-- A 503 for a version with no worker carries the load error describe shows, when its workers failed to load.
+- A 503 for a version with no worker carries the load error describe shows, when its workers failed to load; a
+  request to a version whose every worker failed its last load is that 503 at once (TorchServe queues it).
 - A synchronous scale that ends with no READY worker (though one was asked for) is that 503, not a 200.
 - The list's nextPageToken is given only when another page exists (TorchServe also gives it when the page ended
   exactly at the last model, pointing at an empty page).
@@ -243,7 +244,7 @@ class ModelRegistry:
         """Queue the request on the version's workers and wait for its answer. ModelNotFound, ModelNotReady,
         QueueFull (at once), RequestTimeout, WorkerError, or PredictionException (the handler failed the batch)."""
         mv = self._version(name, version)
-        if self._closing or not mv.pool.can_serve():
+        if self._closing or not mv.pool.can_serve() or mv.pool.loading_fails():
             raise no_worker_error(f'"{name}"' + (f" Version {version}" if version else ""), mv.pool.load_error())
         job = Job.create(request)
         mv.queue.put(job)

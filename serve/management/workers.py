@@ -10,6 +10,8 @@ run it, answer its jobs), and when the process dies or is recycled (response tim
 follow TorchServe's back-off (0, 1, 1, 2, 3, 5, 8, ... s; reset after a successful load) for as long as the slot
 has been failing less than `max_retry_timeout` s (model-config `maxRetryTimeoutInSec`, 300); then it stays FAILED,
 `healthy()` turns False, and if no worker of the pool is left to serve, every queued job fails with 503 at once.
+While every worker's last load failed (a handler that crash-loops), queued and new jobs are answered 503 at once
+with the load error too (`loading_fails()`), instead of waiting for a load that keeps failing.
 
 Worker states in describe: READY, STARTING (loading), RESTARTING (waiting out a back-off after a failure),
 UNLOADING (stopping), FAILED (gave up). TorchServe shows only READY and UNLOADING. Scaling, as in TorchServe,
@@ -70,6 +72,7 @@ class WorkerSlot:
         self.stopping = False
         self.busy = False
         self.last_error: str | None = None
+        self.load_failed = False  # its last attempt to load the model failed (it has not been READY since)
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[Any] | None = None
@@ -126,6 +129,13 @@ class WorkerPool:
     def healthy(self) -> bool:
         """False when the pool should have workers and every one of them gave up restarting."""
         return self.min_workers == 0 or self.can_serve()
+
+    def loading_fails(self) -> bool:
+        """True when no worker is READY and every worker's last attempt to load the model failed (a handler that
+        crash-loops): a job queued now would only wait for a load that keeps failing, so it is answered 503 at
+        once, with the load error."""
+        active = [s for s in self.slots if not s.stopping and s.state != FAILED]
+        return bool(active) and all(s.load_failed for s in active)
 
     def load_error(self) -> str | None:
         """Why the pool has no ready worker: the last error of a worker that is not READY (what describe shows as
@@ -257,11 +267,13 @@ class WorkerPool:
                 log.info("model %s version %s: worker %s stopped while loading", self.spec.model_name,
                          self.spec.version, slot.id)  # fmt: skip
             else:
-                slot.last_error = str(e)
+                slot.last_error, slot.load_failed = str(e), True
                 log.error("%s", e)
+                if self.loading_fails():
+                    self.queue.fail_all(self._no_worker_error)
             slot.first_load(e if isinstance(e, ModelLoadError) else ModelLoadError(str(e)))
             return str(e)
-        slot.state = READY  # last_error stays: describe shows why the worker last restarted
+        slot.state, slot.load_failed = READY, False  # last_error stays: describe shows why it last restarted
         slot.first_load(None)
         self._report()
         return None

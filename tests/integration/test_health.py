@@ -76,6 +76,10 @@ def test_a_crash_looping_startup_model_keeps_the_server_unhealthy(tmp_path: Path
         assert "broken on purpose" in scale.json()["message"]
         assert "scale workers API" not in scale.json()["message"]
 
+        started = time.monotonic()
+        predict = httpx.post(server.inference + "/predictions/broken", content="hi", timeout=TIMEOUT)
+        assert predict.status_code == 503 and time.monotonic() - started < 5, predict.text  # at once, not queued
+        assert "broken on purpose" in predict.json()["message"]
         echo = httpx.post(server.inference + "/predictions/echo", content="hi", timeout=TIMEOUT)
         assert echo.status_code == 200, echo.text  # the healthy model serves meanwhile
 
