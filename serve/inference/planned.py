@@ -106,8 +106,15 @@ class _Fused(Module):
 
     # -- packed weights, made once -------------------------------------------------------------------------
     def weight_kn(self) -> np.ndarray:
+        """The weight as the right operand of a product, (K, N). A big weight is a transposed view, no copy (the
+        BLAS reads it as eager's `x @ w.T` does, and packing copies it into panels once): a plan must not hold
+        the model's weights twice over. A small one (under 1 MiB) is copied once, C-ordered: numpy's tiny
+        products take ~3 us longer on a transposed operand."""
+        kn = self.weight.reshape(self.weight.shape[0], -1).T
+        if kn.nbytes >= 1 << 20:
+            return kn
         if self._weight_kn is None:
-            self._weight_kn = np.ascontiguousarray(self.weight.reshape(self.weight.shape[0], -1).T)
+            self._weight_kn = np.ascontiguousarray(kn)
         return self._weight_kn
 
     # -- running ---------------------------------------------------------------------------------------------
