@@ -98,11 +98,14 @@ def run(name: str, rounds: int, calls: int) -> None:
         print(f"| {label} | {ms:.1f} | {ms / eager:.2f} | {err} |")
 
 
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 def _error(got: Any, want: Any) -> float:
     """max |got - want| over the first output tensor, relative to its largest |value| (eager fp32 serve, which
     bench/runtime.py finds within 1e-6 of PyTorch's)."""
-    first = (lambda o: o[0] if isinstance(o, (tuple, list)) else o)  # noqa: E731
-    a, b = first(got).numpy().astype(np.float64), first(want).numpy().astype(np.float64)
+    a, b = (_first(o).numpy().astype(np.float64) for o in (got, want))
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
