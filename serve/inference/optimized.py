@@ -5,6 +5,8 @@ Decisions, and why:
   rewritten module tree serves every batch size; each planned layer times its kernels the first time it sees an
   input shape (and layout) and keeps the fastest for that shape. `warm(*inputs)` does it ahead of traffic (the
   worker warms each batch size its batcher can produce); a shape first seen in traffic pays for its timing once.
+  Each layer times at most 32 shapes: past that (a client sending ever new shapes), a new shape takes the layer's
+  most chosen kernel, untimed and unremembered, so no request can make the plan grow or time without bound.
 - Never wrong for being optimized: the first plan is checked against the original module on its example inputs
   (every output tensor within 1e-4 of eager, relative to its largest magnitude), and each `warm` shape is checked
   too. A mismatch, or an error while capturing or checking, logs why and the model runs eagerly from then on

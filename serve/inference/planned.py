@@ -24,7 +24,7 @@ import serve
 from serve import nn
 from serve.backend import cpu_nn
 from serve.inference import kernels, residual
-from serve.inference.epilogue import apply_activation, wrap
+from serve.inference.epilogue import activation_name, apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
 from serve.tensor import dtypes, versions
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 _MARKS: dict[int, tuple[weakref.ref, int, Any]] = {}
 RTOL = 1e-4  # a kernel is kept only when it agrees with the reference this closely (relative to the output's max)
 BF16_RTOL = 1e-2  # a bfloat16 product's operands carry 8 bits of mantissa: the 1e-2 on logits
+MAX_SHAPES = 32  # shapes a layer times kernels for; past it, new shapes take its most chosen kernel untimed
 _TIME_REPS = 3  # timed rounds per kernel at a new shape; the fastest of each counts
 
 
@@ -75,7 +76,7 @@ class _Fused(Module):
         super().__init__()
         self.weight, self.bias = np.ascontiguousarray(weight), bias
         self.act_module = act_module  # registered as a child, so the plan's repr shows it
-        self.act = None if act_module is None else kernels_act(act_module)
+        self.act = None if act_module is None else activation_name(act_module)
         self.tune = True  # time the kernels at a new shape (else take the last that applies)
         self.allowed: set[str] | None = None  # the kernels it may choose among (None: all)
         self.skipped = False  # whether Skips stand for modules folded into it (then its outputs are marked)
@@ -146,6 +147,9 @@ class _Fused(Module):
 
     def _choose(self, key: tuple, x: Tensor, data: np.ndarray) -> str:
         names = self._candidates()
+        if len(self.choices) >= MAX_SHAPES:  # a client sending ever new shapes: no timing, no memory per shape
+            counts = [list(self.choices.values()).count(n) for n in names]
+            return names[counts.index(max(counts))]
         if not self.tune:
             self.choices[key] = names[-1]
             return names[-1]
@@ -181,12 +185,6 @@ class _Fused(Module):
 
 def _pending(t: Any) -> bool:
     return isinstance(t, residual.PendingOutput) and t.is_pending()
-
-
-def kernels_act(module: Module) -> str | None:
-    from serve.inference.epilogue import activation_name
-
-    return activation_name(module)
 
 
 class PlannedConv2d(_Fused):

@@ -390,3 +390,16 @@ def test_residual_adds_run_in_the_epilogue_and_any_other_use_computes_plainly():
         model.peek = opt.plan.peek = True  # the output is read before the add: computed plainly, then added
         assert_rel_close(opt(x), model(x), 1e-4)
         assert_rel_close(opt(x, serve.ones(1)), model(x, serve.ones(1)), 1e-4)  # a broadcast operand
+
+
+def test_a_flood_of_new_shapes_is_neither_timed_nor_remembered(monkeypatch):
+    from serve.inference import planned
+
+    monkeypatch.setattr(planned, "MAX_SHAPES", 2)
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
+    with serve.no_grad():
+        opt = optimize(model, (serve.ones(1, 4),))
+        for rows in range(2, 9):  # every batch size a new shape
+            x = serve.from_numpy(RNG.standard_normal((rows, 4)).astype(np.float32))
+            assert_rel_close(opt(x), model(x), 1e-6)
+    assert len(opt.plan[0].choices) == 2 and len(opt.plan[0].timings) == 2
