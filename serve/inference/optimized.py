@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from serve.inference import capture, kernels
-from serve.inference import kernels as _kernels
+from serve.inference import capture
+from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.nn.module import Module
@@ -191,7 +191,7 @@ class OptimizedModule:
         for layer in self.layers():
             for name in layer.choices.values():
                 chosen[name] = chosen.get(name, 0) + 1
-        nat = kernels.native()
+        nat = kernel_table.native()
         return {
             "optimized": self.optimized,
             "reason": self.reason,
@@ -209,7 +209,7 @@ def _products(dtype: str) -> str:
     """The dtype of the plan's products: bfloat16 only where the CPU has AVX512-BF16 (else float32, logged)."""
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"optimize(dtype={dtype!r}): the CPU plan's products are float32 or bfloat16")
-    if dtype == "bfloat16" and not kernels.bf16_products():
+    if dtype == "bfloat16" and not kernel_table.bf16_products():
         log.warning("bfloat16 products asked for, but this CPU has no AVX512-BF16 (or serve's native kernels did not "
                     "load): the plan computes in float32")  # fmt: skip
         return "float32"
@@ -238,7 +238,7 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     unknown = set(passes) - set(rewriting.PASSES)
     if unknown:
         raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(rewriting.PASSES)}")
-    known = set(_kernels.CONV_KERNELS) | set(_kernels.LINEAR_KERNELS)
+    known = set(kernel_table.CONV_KERNELS) | set(kernel_table.LINEAR_KERNELS)
     if kernels is not None and set(kernels) - known:
         raise ValueError(f"unknown kernels {sorted(set(kernels) - known)}: choose among {sorted(known)}")
     opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels)

@@ -13,7 +13,8 @@ import pytest
 from serve.backend import cpu_native as cn
 from serve.backend import cpu_threads
 
-BUILDS = [name for name in cn._supported_isas() if cn._library_path(name) is not None]
+from .conftest import BUILDS
+
 needs_native = pytest.mark.skipif(not BUILDS, reason="no native kernel build for this CPU")
 _erf = np.frompyfunc(math.erf, 1, 1)
 REF_ACT = {
@@ -28,14 +29,16 @@ REF_ACT = {
 }
 
 
-@pytest.fixture(params=BUILDS or [None])
-def build(request):
-    """Runs the test once per build this machine has, forcing that build."""
-    if request.param is None:
-        pytest.skip("no native kernel build for this CPU")
-    previous = cn._select(request.param)
-    yield request.param
-    cn._select(previous)
+def assert_spans_match_whole(run, whole):
+    """`run(out, (p0, p1))` over spans of the 105 output pixels (mid-row, across samples, one pixel, to the end),
+    and over two lanes, writes exactly `whole`."""
+    pieces = np.full_like(whole, np.nan)
+    for span in [(0, 5), (5, 38), (38, 40), (40, 41), (41, 105)]:
+        run(pieces, span)
+    np.testing.assert_array_equal(pieces, whole)
+    lanes = np.full_like(whole, np.nan)
+    cpu_threads.parallel(lambda a, b: run(lanes, (a, b)), cpu_threads.spans(105, 2))
+    np.testing.assert_array_equal(lanes, whole)
 
 
 def _rand(rng, *shape):
@@ -98,14 +101,8 @@ def test_conv2d_pixel_spans_split_rows_and_samples(build):
     args = ((3, 3), (2, 1), (1, 1, 1, 1), (1, 1))
     res = _rand(rng, 3, 5, 7, 33)
     whole = cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu")
-    pieces = np.full_like(whole, np.nan)
-    for span in [(0, 5), (5, 38), (38, 40), (40, 41), (41, 105)]:  # mid-row, across samples, one pixel, to the end
-        cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu", out=pieces, pixels=span)
-    np.testing.assert_array_equal(pieces, whole)
-    lanes = np.full_like(whole, np.nan)
-    cpu_threads.parallel(lambda a, b: cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu",
-                                                     out=lanes, pixels=(a, b)), cpu_threads.spans(105, 2))  # fmt: skip
-    np.testing.assert_array_equal(lanes, whole)
+    assert_spans_match_whole(lambda out, span: cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu",
+                                                              out=out, pixels=span), whole)  # fmt: skip
 
 
 @needs_native

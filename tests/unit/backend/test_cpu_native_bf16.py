@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from serve.backend import cpu_native as cn
-from serve.backend import cpu_threads
 
-from .test_cpu_native import CONV_CASES, REF_ACT, ref_conv
+from .test_cpu_native import CONV_CASES, REF_ACT, assert_spans_match_whole, ref_conv
 
 needs_bf16 = pytest.mark.skipif(not cn.bf16_available(), reason="no AVX512-BF16 kernel build for this CPU")
 BF = "bfloat16"
@@ -139,14 +138,8 @@ def test_conv2d_bf16_pixel_spans_and_lanes(c):
     res = _rand(rng, 3, 5, 7, 33)
     whole = cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu")
     assert_close(whole, REF_ACT["silu"](ref_conv(cn.round_bf16(x), cn.round_bf16(wt), *args[1:]) + bias + res), 1e-5)
-    pieces = np.full_like(whole, np.nan)
-    for span in [(0, 5), (5, 38), (38, 40), (40, 41), (41, 105)]:  # mid-row, across samples, one pixel, to the end
-        cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu", out=pieces, pixels=span)
-    np.testing.assert_array_equal(pieces, whole)
-    lanes = np.full_like(whole, np.nan)
-    cpu_threads.parallel(lambda a, b: cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu",
-                                                     out=lanes, pixels=(a, b)), cpu_threads.spans(105, 2))  # fmt: skip
-    np.testing.assert_array_equal(lanes, whole)
+    assert_spans_match_whole(lambda out, span: cn.conv2d_nhwc(x, packed, *args, bias=bias, residual=res, act="silu",
+                                                              out=out, pixels=span), whole)  # fmt: skip
 
 
 @needs_bf16

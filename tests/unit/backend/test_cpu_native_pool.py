@@ -7,17 +7,6 @@ import pytest
 from serve.backend import cpu_native as cn
 from serve.backend import cpu_threads
 
-BUILDS = [name for name in cn._supported_isas() if cn._library_path(name) is not None]
-
-
-@pytest.fixture(params=BUILDS or [None])
-def build(request):
-    if request.param is None:
-        pytest.skip("no native kernel build for this CPU")
-    previous = cn._select(request.param)
-    yield request.param
-    cn._select(previous)
-
 
 def ref_pool(x, kernel, stride, pads):
     (kh, kw), (sh, sw), (pt, pb, pl, pr) = kernel, stride, pads
