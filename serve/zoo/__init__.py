@@ -9,7 +9,21 @@ from serve.zoo.lenet import LeNet
 from serve.zoo.lstm_classifier import LSTMClassifier
 from serve.zoo.mlp import MLP
 from serve.zoo.mobilenet import MobileNetV2, mobilenet_v2
-from serve.zoo.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
+from serve.zoo.resnet import (
+    BasicBlock,
+    Bottleneck,
+    ResNet,
+    resnet18,
+    resnet34,
+    resnet50,
+    resnet101,
+    resnet152,
+    resnext50_32x4d,
+    resnext101_32x8d,
+    resnext101_64x4d,
+    wide_resnet50_2,
+    wide_resnet101_2,
+)
 from serve.zoo.sentence import SentenceTransformer, all_minilm_l6_v2, from_pretrained, mean_pooling
 from serve.zoo.vit import VisionTransformer, vit_b_16
 

@@ -12,6 +12,7 @@ from typing import Any
 import serve
 import serve.nn.functional as F
 from serve import nn
+from serve.zoo.layers import Conv2dNormActivation
 
 NormLayer = Callable[[int], nn.Module]
 
@@ -27,39 +28,6 @@ def _make_divisible(v: float, divisor: int, min_value: int | None = None) -> int
     if new_v < 0.9 * v:
         new_v += divisor
     return new_v
-
-
-class Conv2dNormActivation(nn.Sequential):
-    """torchvision.ops.Conv2dNormActivation: Conv2d (bias only without a norm), norm layer, activation."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: int = 3,
-        stride: int = 1,
-        padding: int | None = None,
-        groups: int = 1,
-        norm_layer: NormLayer | None = nn.BatchNorm2d,
-        activation_layer: Callable[..., nn.Module] | None = nn.ReLU,
-        dilation: int = 1,
-        inplace: bool | None = True,
-        bias: bool | None = None,
-    ) -> None:
-        if padding is None:
-            padding = (kernel_size - 1) // 2 * dilation
-        if bias is None:
-            bias = norm_layer is None
-        conv = nn.Conv2d(
-            in_channels, out_channels, kernel_size, stride, padding, dilation=dilation, groups=groups, bias=bias
-        )
-        layers: list[nn.Module] = [conv]
-        if norm_layer is not None:
-            layers.append(norm_layer(out_channels))
-        if activation_layer is not None:
-            layers.append(activation_layer() if inplace is None else activation_layer(inplace=inplace))
-        super().__init__(*layers)
-        self.out_channels = out_channels
 
 
 class InvertedResidual(nn.Module):

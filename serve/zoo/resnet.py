@@ -1,4 +1,7 @@
-"""ResNet (He et al., 2015) as `torchvision.models.resnet`: BasicBlock, Bottleneck, ResNet, resnet18/34/50.
+"""ResNet (He et al., 2015), ResNeXt and Wide ResNet as `torchvision.models.resnet`: BasicBlock, Bottleneck, ResNet.
+
+Constructors: resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, wide_resnet50_2,
+wide_resnet101_2 (ResNeXt is `groups` x `width_per_group`; Wide ResNet doubles the bottleneck width).
 
 Module names follow torchvision exactly (`conv1`, `bn1`, `layer1.0.conv1`, `layer1.0.downsample.0`, `fc`, ...),
 so a torchvision checkpoint loads with `load_state_dict(strict=True)`. Bottleneck puts the stride on the 3x3
@@ -208,3 +211,44 @@ def resnet34(**kwargs: Any) -> ResNet:
 def resnet50(**kwargs: Any) -> ResNet:
     """ResNet-50 (torchvision `resnet50(weights=None)`): Bottleneck, [3, 4, 6, 3]."""
     return ResNet(Bottleneck, [3, 4, 6, 3], **kwargs)
+
+
+def resnet101(**kwargs: Any) -> ResNet:
+    """ResNet-101: Bottleneck, [3, 4, 23, 3]."""
+    return ResNet(Bottleneck, [3, 4, 23, 3], **kwargs)
+
+
+def resnet152(**kwargs: Any) -> ResNet:
+    """ResNet-152: Bottleneck, [3, 8, 36, 3]."""
+    return ResNet(Bottleneck, [3, 8, 36, 3], **kwargs)
+
+
+def _variant(layers: list[int], groups: int, width: int, kwargs: dict[str, Any]) -> ResNet:
+    kwargs.setdefault("groups", groups)
+    kwargs.setdefault("width_per_group", width)
+    return ResNet(Bottleneck, layers, **kwargs)
+
+
+def resnext50_32x4d(**kwargs: Any) -> ResNet:
+    """ResNeXt-50 32x4d: 32 groups of width 4."""
+    return _variant([3, 4, 6, 3], 32, 4, kwargs)
+
+
+def resnext101_32x8d(**kwargs: Any) -> ResNet:
+    """ResNeXt-101 32x8d: 32 groups of width 8."""
+    return _variant([3, 4, 23, 3], 32, 8, kwargs)
+
+
+def resnext101_64x4d(**kwargs: Any) -> ResNet:
+    """ResNeXt-101 64x4d: 64 groups of width 4."""
+    return _variant([3, 4, 23, 3], 64, 4, kwargs)
+
+
+def wide_resnet50_2(**kwargs: Any) -> ResNet:
+    """Wide ResNet-50-2: the bottleneck's inner width doubled (128 per group)."""
+    return _variant([3, 4, 6, 3], 1, 128, kwargs)
+
+
+def wide_resnet101_2(**kwargs: Any) -> ResNet:
+    """Wide ResNet-101-2: the bottleneck's inner width doubled (128 per group)."""
+    return _variant([3, 4, 23, 3], 1, 128, kwargs)
