@@ -107,7 +107,7 @@ class BaseHandler:
                 f"model {context.model_name!r} has no model file (manifest model.modelFile): archive it with "
                 "model-archiver --model-file model.py, or override load_model() in the handler to build the model"
             )
-        compat = torch_compat_enabled(context.manifest, context.model_yaml_config)
+        compat = torch_compat_enabled(context.manifest, context.model_yaml_config, self.model_dir)
         module = import_user_file(self.model_dir, model_file, torch_compat=compat)
         classes = classes_defined_in(module, serve.nn.Module)
         if len(classes) != 1:

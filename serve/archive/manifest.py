@@ -6,7 +6,8 @@
      "archiverVersion": "..."}
 
 Optional keys are omitted when unset, as torch-model-archiver 0.12 does. `torchCompat` is ours (written by
-`model-archiver --torch-compat`): TorchServe ignores unknown keys, so such an archive still loads there.
+`model-archiver --torch-compat` / `--no-torch-compat`; absent: on when the model or handler file imports torch):
+TorchServe ignores unknown keys, so such an archive still loads there.
 `archiverVersion` carries serve's version, since serve's archiver wrote the file (TorchServe only warns when the
 key is missing). Validation accepts what TorchServe's server accepts (unknown keys kept, a missing
 `modelVersion` is "1.0", a missing `runtime` is "python") and refuses wrong types with the offending key. We also
@@ -87,7 +88,7 @@ def build_manifest(
     model_file: str | None = None,
     requirements_file: str | None = None,
     config_file: str | None = None,
-    torch_compat: bool = False,
+    torch_compat: bool | None = None,
     created_on: datetime | None = None,
 ) -> dict[str, Any]:
     """The manifest torch-model-archiver writes for these arguments (file arguments reduced to basenames)."""
@@ -103,8 +104,8 @@ def build_manifest(
         model["requirementsFile"] = _basename(requirements_file)
     if config_file:
         model["configFile"] = _basename(config_file)
-    if torch_compat:
-        model["torchCompat"] = True
+    if torch_compat is not None:  # unset: the server decides from the files' imports
+        model["torchCompat"] = torch_compat
     return {
         "createdOn": (created_on or datetime.now()).strftime(CREATED_ON_FORMAT),
         "runtime": runtime,

@@ -57,7 +57,7 @@ def package(
     archive_format: str = "default",
     runtime: str = "python",
     force: bool = False,
-    torch_compat: bool = False,
+    torch_compat: bool | None = None,
     progress: bool | None = None,
 ) -> Path:
     """Write the archive and return its path. `progress`: None shows bars on a terminal only, True/False forces."""

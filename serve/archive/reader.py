@@ -35,6 +35,7 @@ from serve.archive.manifest import (
 )
 from serve.archive.model_config import load_model_config
 from serve.archive.safety import DEFAULT_LIMITS, Limits, entry_parts
+from serve.archive.torch_imports import compat_enabled
 from serve.errors import ArchiveError
 
 _MAX_MANIFEST = 1 << 20
@@ -78,8 +79,9 @@ class ModelArchive:
 
     @property
     def torch_compat(self) -> bool:
-        """True when the manifest (`--torch-compat`) or the model-config (`torchCompat: true`) asks for it."""
-        return self.manifest["model"].get("torchCompat") is True or self.model_config.get("torchCompat") is True
+        """Explicit model-config `torchCompat` or manifest `torchCompat` (`--torch-compat`/`--no-torch-compat`)
+        wins; otherwise True when the model file or handler file imports torch, torchvision or ts."""
+        return compat_enabled(self.manifest, self.model_config, self.model_dir)
 
     def _path(self, key: str) -> Path | None:
         name = self.manifest["model"].get(key)

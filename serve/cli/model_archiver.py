@@ -3,8 +3,9 @@
     model-archiver --model-name digits --version 1.0 --model-file model.py --serialized-file digits.pt \\
         --handler image_classifier --extra-files index_to_name.json --export-path model_store
 
-Our additions: `--torch-compat` (writes `"torchCompat": true` in the manifest's model object, so the server
-imports an unmodified PyTorch model file with `torch` resolving to serve; TorchServe ignores the key) and
+Our additions: `--torch-compat` / `--no-torch-compat` (write `"torchCompat": true|false` in the manifest's model
+object; TorchServe ignores the key). Without either, the server turns torch compatibility on when the model file or
+handler file imports torch, torchvision or ts, so `import torch` in them resolves to serve; the flags force it) and
 `--progress/--no-progress` (force the progress bar for large files on or off; by default it shows on a terminal).
 Errors are one message on stderr and exit status 1 (2 for a bad command line, as argparse does); like
 torch-model-archiver, a successful run prints nothing.
@@ -49,8 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config-file", help="Path to a model-config YAML file (batchSize, minWorkers, handler: ...)")
     p.add_argument(
         "--torch-compat",
-        action="store_true",
-        help="Serve an unmodified PyTorch model file: 'import torch' in it resolves to serve (manifest torchCompat)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Force torch compatibility on or off (manifest torchCompat); by default it is on when the model or "
+        "handler file imports torch, torchvision or ts ('import torch' then resolves to serve)",
     )
     p.add_argument(
         "--progress",

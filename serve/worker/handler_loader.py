@@ -65,7 +65,7 @@ def load_handler(context: Context, handler: str | None = None) -> Handler:
     if handler is None:
         handler = ((context.manifest or {}).get("model") or {}).get("handler") or "base_handler"
     model_dir = Path(context.system_properties["model_dir"])
-    compat = torch_compat_enabled(context.manifest, context.model_yaml_config)
+    compat = torch_compat_enabled(context.manifest, context.model_yaml_config, model_dir)
     entry = resolve_handler(handler, model_dir, torch_compat=compat)
     entry.initialize(context)
     return entry

@@ -1,39 +1,50 @@
-"""Torch compatibility: an unmodified PyTorch model file (and handler file) imported on serve's runtime.
+"""Torch compatibility: an unmodified PyTorch / TorchServe model file and handler imported on serve's runtime.
 
-Opt in per model with manifest `model.torchCompat: true` (`model-archiver --torch-compat`) or model-config
-`torchCompat: true`. While such a file is imported (`with torch_compat(): ...`), these names resolve to serve:
+On by default for an archive whose model file or handler file imports `torch`, `torchvision` or `ts` (found with
+`ast`, serve/archive/torch_imports.py); an explicit manifest `model.torchCompat` (`model-archiver --torch-compat`
+or `--no-torch-compat`) or model-config `torchCompat: true|false` wins over the detection. While such a file is
+imported (`with torch_compat(): ...`), these names resolve to serve:
 
-    torch                      -> serve                  (Tensor, tensor, zeros, cat, no_grad, float32, load, ...)
-    torch.nn                   -> serve.nn               (Module, Linear, Conv2d, LSTM, Sequential, ...)
-    torch.nn.functional        -> serve.nn.functional
-    torch.nn.init, torch.nn.parameter, torch.nn.modules, torch.nn.utils -> serve.nn.init, .parameter, .modules, .utils
-    torch.autograd, torch.autograd.function -> serve.autograd, serve.autograd.function
-    torch.cuda                 -> serve.cuda             (is_available() is False until the CUDA backend is up)
+    torch                      -> serve (Tensor, tensor, zeros, cat, no_grad, float32, load, diff, meshgrid, ...)
+                                  plus the thin names of serve.compat.torch (_assert, jit, fx, _C, hub, utils)
+    torch.nn, torch.nn.functional, torch.nn.init, torch.nn.parameter, torch.nn.modules, torch.nn.utils,
+    torch.autograd, torch.autograd.function, torch.cuda -> the serve modules of the same names (ALIASES)
+    torch.X.Y (any other)      -> serve.compat.torch.X.Y     (torch.jit, torch.fx, torch.utils.data, torch.hub, ...)
+    torchvision, torchvision.X.Y -> serve.compat.torchvision, serve.compat.torchvision.X.Y
+    ts, ts.X.Y                 -> serve.compat.ts, serve.compat.ts.X.Y
 
-so `import torch`, `import torch.nn as nn`, `import torch.nn.functional as F` and `from torch import nn, Tensor`
-work unchanged; the file keeps these objects after the import, so its code runs on serve at request time too
-(an `import torch` run later, inside a function at request time, is not redirected: import at the top).
+so `import torch.nn as nn`, `from torchvision import models` and `from ts.torch_handler.base_handler import
+BaseHandler` work unchanged; the file keeps these objects after the import, so its code runs on serve at request
+time too (an `import torch` run later, inside a function at request time, is not redirected: import at the top).
+The torchvision and ts names are the serve.compat modules themselves (same objects, `__name__` is serve's);
+the torch modules are proxies holding serve's names, whose missing names raise an AttributeError naming what
+is covered. A module that serve.compat does not have gives an ImportError naming it and what is covered, as
+do torchaudio and torchtext. A third-party library the model file imports (transformers, timm, ...) that itself
+imports torch would see serve, and fail.
 
-Not covered (a clear ImportError or AttributeError names what is missing): any other `torch.*` module
-(torch.jit / TorchScript, torch.fx, torch.compile, torch.distributed, torch.optim, torch.utils.data,
-torch.hub, torch.cuda.amp and CUDA streams, torch.backends), torchvision, torchaudio and torchtext (serve.zoo
-has ResNet, MobileNetV2 and ViT), and names the serve runtime does not implement. A third-party library the
-model file imports (transformers, timm, ...) that itself imports torch would see serve, and fail.
+The worker never imports serve.compat (it sits above the worker in the layering): modules are found by name with
+importlib, at import time.
 
-Scope: only during the import. The real torch modules, if any are loaded (tests use torch as the reference), are
-taken out of `sys.modules` for the duration and put back afterwards, so nothing else in the process is
-affected. The swap is process-wide while it lasts: import model files at load time, not from several threads.
+Scope: only during the import. The real torch / torchvision / ts modules, if any are loaded (tests use torch as
+the reference), are taken out of `sys.modules` for the duration and put back afterwards, so nothing else in the
+process is affected. The swap is process-wide while it lasts: import model files at load time, not from several
+threads.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from importlib.abc import MetaPathFinder
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from serve.archive.torch_imports import compat_enabled
 
 ALIASES = {
     "torch": "serve",
@@ -47,8 +58,9 @@ ALIASES = {
     "torch.autograd.function": "serve.autograd.function",
     "torch.cuda": "serve.cuda",
 }
-HIDDEN_PACKAGES = ("torch", "torchvision", "torchaudio", "torchtext")
-_COVERED = ", ".join(ALIASES)
+PREFIXES = {"torch": "serve.compat.torch", "torchvision": "serve.compat.torchvision", "ts": "serve.compat.ts"}
+HIDDEN_PACKAGES = ("torch", "torchvision", "torchaudio", "torchtext", "ts")
+_COVERED = ", ".join(ALIASES) + "; torch.* from serve.compat.torch, torchvision.* and ts.* from serve.compat"
 
 _depth = 0
 _proxies: dict[str, ModuleType] = {}
@@ -66,31 +78,53 @@ class _Alias(ModuleType):
         )
 
 
-class _Refuse(MetaPathFinder):
-    """Refuses, with a clear message, any torch module outside ALIASES while the compatibility is on."""
+class _Same(Loader):
+    """Gives the serve.compat module itself for an alias name; its own `__spec__` is kept."""
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
-        if fullname.split(".")[0] in HIDDEN_PACKAGES:
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.spec = module.__spec__
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self.spec  # the import system set the alias spec on it: put serve's back
+
+
+class _Finder(MetaPathFinder):
+    """Maps `torch.*` (outside ALIASES), `torchvision.*` and `ts.*` onto serve.compat; refuses what is not there."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> ModuleSpec | None:
+        root = fullname.split(".")[0]
+        if root not in HIDDEN_PACKAGES:
+            return None
+        module = _compat_module(fullname)
+        if module is None:
             raise ImportError(
                 f"{fullname} is not available under serve's torch compatibility (covered: {_COVERED}): "
                 "port this import to serve, or remove it from the model file",
                 name=fullname,
             )
-        return None
+        if fullname in ALIASES:  # torch.X proxies already in sys.modules; not reached
+            return None
+        return ModuleSpec(fullname, _Same(module), is_package=hasattr(module, "__path__"))
 
 
-_FINDER = _Refuse()
+_FINDER = _Finder()
 
 
-def torch_compat_enabled(manifest: Mapping[str, Any] | None, model_yaml_config: Mapping[str, Any] | None) -> bool:
-    """Whether the manifest (`model.torchCompat`) or the model-config (`torchCompat`) turns the compatibility on."""
-    model = (manifest or {}).get("model") or {}
-    return _true(model.get("torchCompat")) or _true((model_yaml_config or {}).get("torchCompat"))
+def torch_compat_enabled(
+    manifest: Mapping[str, Any] | None, model_yaml_config: Mapping[str, Any] | None, model_dir: str | Path | None = None
+) -> bool:
+    """Explicit model-config `torchCompat` or manifest `model.torchCompat` (true/false) wins (model-config first);
+    otherwise on when the manifest's model file or handler file in `model_dir` imports torch, torchvision or ts."""
+    return compat_enabled(manifest, model_yaml_config, model_dir)
 
 
 @contextmanager
 def torch_compat() -> Iterator[None]:
-    """While the block runs, `import torch` (and the modules in ALIASES) give serve's; re-entrant."""
+    """While the block runs, `import torch` / `torchvision` / `ts` (and their submodules) give serve's; re-entrant."""
     global _depth
     if _depth:
         yield
@@ -109,16 +143,35 @@ def torch_compat() -> Iterator[None]:
         sys.modules.update(saved)
 
 
+def _compat_module(fullname: str) -> ModuleType | None:
+    """serve.compat's module for `fullname` (torch.X -> serve.compat.torch.X, ...), or None when it has none."""
+    root, _, rest = fullname.partition(".")
+    target = PREFIXES[root] + ("." + rest if rest else "") if root in PREFIXES else None
+    if target is None:
+        return None
+    if target in sys.modules:
+        return sys.modules[target]
+    try:
+        spec = importlib.util.find_spec(target)
+    except ModuleNotFoundError:  # a parent package is missing
+        return None
+    return None if spec is None else importlib.import_module(target)
+
+
 def _alias_modules() -> dict[str, ModuleType]:
-    """One proxy module per alias, made once: serve's namespace copied, children linked as attributes."""
+    """One proxy module per alias, made once: serve's namespace copied, children linked as attributes; `torch`
+    also gets serve.compat.torch's names (torch._assert, torch.jit, ...)."""
     if _proxies:
         return _proxies
     for alias, target_name in ALIASES.items():
         target = importlib.import_module(target_name)
         proxy = _Alias(alias, target.__doc__)
         proxy.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__") or k == "__all__"})
-        proxy.__path__ = []  # a package, so `import torch.x` asks the import system (and _Refuse) for torch.x
+        proxy.__path__ = []  # a package, so `import torch.x` asks the import system (and _Finder) for torch.x
         _proxies[alias] = proxy
+    extra = _compat_module("torch")
+    if extra is not None:
+        _proxies["torch"].__dict__.update({k: v for k, v in vars(extra).items() if not k.startswith("__")})
     for alias, module in _proxies.items():
         parent, _, child = alias.rpartition(".")
         if parent:
@@ -128,7 +181,3 @@ def _alias_modules() -> dict[str, ModuleType]:
 
 def _hidden(module_name: str) -> bool:
     return module_name.split(".")[0] in HIDDEN_PACKAGES
-
-
-def _true(value: Any) -> bool:
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true")

@@ -94,9 +94,9 @@ def test_same_file_trains_under_torch_and_serves_under_compat(tmp_path):
     ("source", "error", "message"),
     [
         ("import torch.optim\n", ImportError, "torch.optim is not available under serve's torch compatibility"),
-        ("from torch.utils.data import DataLoader\n", ImportError, "torch.utils is not available"),
-        ("import torchvision\n", ImportError, "torchvision is not available"),
-        ("import torch\nf = torch.jit.script\n", AttributeError, "torch.jit is not provided by serve's torch compat"),
+        ("from torch.utils.tensorboard import SummaryWriter\n", ImportError, "torch.utils.tensorboard is not avail"),
+        ("import torchaudio\n", ImportError, "torchaudio is not available"),
+        ("import torch\nf = torch.distributed\n", AttributeError, "torch.distributed is not provided by serve"),
         ("import torch.nn as nn\nx = nn.NotALayer\n", AttributeError, "torch.nn.NotALayer is not provided"),
     ],
 )
@@ -140,6 +140,8 @@ def test_every_alias_points_at_a_serve_module():
         ({"model": {}}, {"torchCompat": True}, True),
         ({"model": {}}, {"torchCompat": "true"}, True),
         ({"model": {"torchCompat": False}}, {}, False),
+        ({"model": {"torchCompat": True}}, {"torchCompat": False}, False),
+        ({"model": {"torchCompat": "false"}}, {}, False),
         (None, None, False),
     ],
 )

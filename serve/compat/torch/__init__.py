@@ -1,0 +1,25 @@
+"""The thin parts of the `torch` namespace that model files touch without computing, on serve.
+
+The worker's import hook (serve/worker/torch_compat.py) puts every public name here on the `torch` alias (beside
+serve's own runtime names) and maps `torch.X` imports to `serve.compat.torch.X`:
+
+    torch._assert(cond, message)     AssertionError(message) when cond is false (torch's symbolic assert)
+    torch._C._log_api_usage_once     a no-op (torchvision calls it in every constructor)
+    torch.fx                         wrap (identity), symbolic_trace (NotImplementedError)
+    torch.jit                        unused/ignore/export (identity), is_scripting/is_tracing (False),
+                                     script/trace (the module itself, run eagerly, one warning), load (refused)
+    torch.utils.checkpoint           checkpoint(fn, *args) runs fn (no activation recomputation: serve serves)
+    torch.utils.data                 Dataset, TensorDataset, DataLoader (batching a sequence, no workers)
+    torch.hub                        get_dir, load_state_dict_from_url (the local cache only, never the network)
+
+Decision: these are small shims, not implementations. Serving needs no graph capture, TorchScript or
+checkpointed recomputation, so the decorators and checks keep a model file's eager code path, which is the one
+serve runs; anything that would need the feature itself raises an error naming it and the alternative.
+"""
+
+from __future__ import annotations
+
+from serve.compat.torch import _C, fx, hub, jit, utils
+from serve.compat.torch.asserts import _assert
+
+__all__ = ["_C", "_assert", "fx", "hub", "jit", "utils"]
