@@ -19,8 +19,8 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "metrics_address": v.address,
     "private_key_file": v.optional_path,
     "certificate_file": v.optional_path,
-    "grpc_inference_port": v.port,
-    "grpc_management_port": v.port,
+    "grpc_inference_port": v.port_or_0,
+    "grpc_management_port": v.port_or_0,
     "grpc_inference_address": v.text,
     "grpc_management_address": v.text,
     "enable_grpc_ssl": v.to_bool,
@@ -58,6 +58,14 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "log_format": v.choice("text", "json"),
     "max_workers_per_model": v.int_at_least(1),
     "max_workers": v.int_at_least(1),
+    "max_header_line_size": v.int_at_least(256),
+    "max_header_size": v.int_at_least(256),
+    "max_header_count": v.int_at_least(1),
+    "header_read_timeout": v.positive_float,
+    "keep_alive_timeout": v.positive_float,
+    "max_idle_connections": v.int_at_least(1),
+    "ports_file": v.optional_path,
+    "max_extracted_bytes_total": v.int_at_least(1),
 }
 
 CLI_ONLY: dict[str, Callable[[str, Any], Any]] = {

@@ -99,3 +99,16 @@ class Settings:
     # and over all models and versions together
     max_workers_per_model: int = field(default_factory=lambda: 2 * usable_cpus())
     max_workers: int = field(default_factory=lambda: 4 * usable_cpus())
+    # HTTP connection limits per listener (serve/frontends/http/connection_limits.py): request header bytes per
+    # line and in all, header lines, seconds to send the headers, idle keep-alive seconds, connections waiting
+    max_header_line_size: int = 16 * 1024
+    max_header_size: int = 64 * 1024
+    max_header_count: int = 100
+    header_read_timeout: float = 10
+    keep_alive_timeout: float = 5
+    max_idle_connections: int = 1000
+    # where the server writes the ports it listens on as JSON once bound (None: nowhere); with port 0 in an address
+    # or grpc_*_port the system picks a free port, and this file says which
+    ports_file: Path | None = None
+    # bytes extracted from archives across all registered model versions (serve/management/urls.py)
+    max_extracted_bytes_total: int = 64 * 1024**3

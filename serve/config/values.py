@@ -86,6 +86,14 @@ def port(key: str, value: Any) -> int:
     return number
 
 
+def port_or_0(key: str, value: Any) -> int:
+    """A port, or 0: the system picks a free one when the server binds (ports_file says which)."""
+    number = _integer(key, value)
+    if not 0 <= number <= 65535:
+        raise bad(key, value, "a port number between 1 and 65535, or 0 for any free port")
+    return number
+
+
 def positive_float(key: str, value: Any) -> float:
     try:
         number = float(str(value).strip())
@@ -140,7 +148,8 @@ def address(key: str, value: Any) -> str:
 
 
 def parse_address(addr: str) -> tuple[str, int, bool]:
-    """`http(s)://host[:port]` -> (host, port, tls). The port defaults to 80/443; IPv6 hosts go in brackets."""
+    """`http(s)://host[:port]` -> (host, port, tls). The port defaults to 80/443 (0: any free port, written to
+    ports_file once bound); IPv6 hosts go in brackets."""
     accepted = "http://host:port or https://host:port (e.g. http://127.0.0.1:8080)"
     parts = urlsplit(addr)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -150,11 +159,10 @@ def parse_address(addr: str) -> tuple[str, int, bool]:
     try:
         number = parts.port
     except ValueError:
-        raise ConfigError(f"address {addr!r} is not valid: the port must be a number between 1 and 65535") from None
-    if number == 0:
-        raise ConfigError(f"address {addr!r} is not valid: the port must be a number between 1 and 65535")
+        raise ConfigError(f"address {addr!r} is not valid: the port must be a number between 0 and 65535 (0: any "
+                          "free port)") from None  # fmt: skip
     tls = parts.scheme == "https"
-    return parts.hostname, number or (443 if tls else 80), tls
+    return parts.hostname, (443 if tls else 80) if number is None else number, tls
 
 
 def comma_list(key: str, value: Any) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from serve.errors import ConfigError
         ("http://localhost", ("localhost", 80, False)),
         ("https://example.org/", ("example.org", 443, True)),
         ("http://[::1]:9000", ("::1", 9000, False)),
+        ("http://127.0.0.1:0", ("127.0.0.1", 0, False)),  # any free port, reported in ports_file
     ],
 )
 def test_parse_address(addr: str, expected: tuple[str, int, bool]) -> None:
@@ -25,7 +26,7 @@ def test_parse_address(addr: str, expected: tuple[str, int, bool]) -> None:
 
 @pytest.mark.parametrize(
     "addr",
-    ["127.0.0.1:8080", "unix:/tmp/ts.sock", "ftp://h:1", "http://:8080", "http://h:99999", "http://h:0",
+    ["127.0.0.1:8080", "unix:/tmp/ts.sock", "ftp://h:1", "http://:8080", "http://h:99999",
      "http://h:80/path", "http://h:x"],
 )  # fmt: skip
 def test_parse_address_refuses(addr: str) -> None:
