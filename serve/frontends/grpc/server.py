@@ -13,6 +13,7 @@ The caller starts them (`await server.start()`) and stops them with a grace peri
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +45,12 @@ if TYPE_CHECKING:
 INFERENCE_SERVICE = inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 V2_SERVICE = grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 MANAGEMENT_SERVICE = management_pb2.DESCRIPTOR.services_by_name["ManagementAPIsService"].full_name
+_BOUND: weakref.WeakKeyDictionary[grpc.aio.Server, int] = weakref.WeakKeyDictionary()
+
+
+def bound_port(server: grpc.aio.Server) -> int:
+    """The port a server from create_grpc_servers listens on (the one the system chose for a configured port 0)."""
+    return _BOUND[server]
 
 
 def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> list[grpc.aio.Server]:
@@ -89,6 +96,7 @@ def _bind(server: grpc.aio.Server, address: str, port: int, settings: Settings, 
     if bound == 0:
         raise ConfigError(f"cannot listen for gRPC on {target}: {reason}. Set {key}_address / {key}_port "
                           "in config.properties to a free local address and port")  # fmt: skip
+    _BOUND[server] = bound
 
 
 def _credentials(settings: Settings) -> grpc.ServerCredentials:

@@ -1,4 +1,4 @@
-"""In-process grpc.aio servers (create_grpc_servers) over the FakeRegistry, on free 127.0.0.1 ports, and channels.
+"""In-process grpc.aio servers (create_grpc_servers) over the FakeRegistry, bound to 127.0.0.1 port 0, and channels.
 
 run(test, tmp_path)   # test(env) with env.inference / env.management channels; bounded to 10 s
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,16 +14,10 @@ from typing import Any
 import grpc
 
 from serve.frontends import DataPlane
-from serve.frontends.grpc.server import create_grpc_servers
+from serve.frontends.grpc.server import bound_port, create_grpc_servers
 from serve.frontends.http import TokenAuth
 from serve.metrics import ServerMetrics
 from tests.unit.frontends.fakes import FakeRegistry, settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass
@@ -38,7 +31,7 @@ class Env:
 
 def run(test: Callable[[Env], Awaitable[None]], tmp_path: Path, registry: FakeRegistry | None = None,
         **overrides: Any) -> None:  # fmt: skip
-    config = settings(tmp_path, grpc_inference_port=free_port(), grpc_management_port=free_port(), **overrides)
+    config = settings(tmp_path, grpc_inference_port=0, grpc_management_port=0, **overrides)
     registry = registry or FakeRegistry()
     dataplane = DataPlane(registry, ServerMetrics(hostname="testhost"), config)
     auth = TokenAuth.from_settings(config)
@@ -47,11 +40,11 @@ def run(test: Callable[[Env], Awaitable[None]], tmp_path: Path, registry: FakeRe
         servers = create_grpc_servers(dataplane, config, auth)
         for server in servers:
             await server.start()
-        target = f"127.0.0.1:{config.grpc_inference_port}"
+        target = f"127.0.0.1:{bound_port(servers[0])}"
         try:
             async with (
                 grpc.aio.insecure_channel(target) as inference,
-                grpc.aio.insecure_channel(f"127.0.0.1:{config.grpc_management_port}") as management,
+                grpc.aio.insecure_channel(f"127.0.0.1:{bound_port(servers[1])}") as management,
             ):
                 await test(Env(registry, auth, inference, management, target))
         finally:

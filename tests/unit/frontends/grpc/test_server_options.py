@@ -16,11 +16,11 @@ from serve.errors import ConfigError
 from serve.frontends import DataPlane
 from serve.frontends.grpc.generated import inference_pb2 as pb
 from serve.frontends.grpc.generated import inference_pb2_grpc as pb_grpc
-from serve.frontends.grpc.server import create_grpc_servers
+from serve.frontends.grpc.server import bound_port, create_grpc_servers
 from serve.frontends.http import TokenAuth
 from serve.metrics import ServerMetrics
 from tests.unit.frontends.fakes import FakeRegistry, settings
-from tests.unit.frontends.grpc.harness import Env, free_port, run
+from tests.unit.frontends.grpc.harness import Env, run
 
 BIG = 6 * 1024 * 1024  # over grpcio's 4 MiB default
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
@@ -68,7 +68,7 @@ def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_tls_when_enable_grpc_ssl(tmp_path: Path) -> None:
     key, cert = _self_signed(tmp_path)
-    config = settings(tmp_path, grpc_inference_port=free_port(), grpc_management_port=free_port(),
+    config = settings(tmp_path, grpc_inference_port=0, grpc_management_port=0,
                       enable_grpc_ssl=True, private_key_file=key, certificate_file=cert)  # fmt: skip
     dataplane = DataPlane(FakeRegistry(), ServerMetrics(hostname="testhost"), config)
 
@@ -79,7 +79,7 @@ def test_tls_when_enable_grpc_ssl(tmp_path: Path) -> None:
         try:
             credentials = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
             options = [("grpc.ssl_target_name_override", "localhost")]
-            target = f"127.0.0.1:{config.grpc_inference_port}"
+            target = f"127.0.0.1:{bound_port(servers[0])}"
             async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
                 answer = await pb_grpc.InferenceAPIsServiceStub(channel).Ping(empty_pb2.Empty(), timeout=5)
                 assert "Healthy" in answer.health
@@ -93,8 +93,7 @@ def test_tls_when_enable_grpc_ssl(tmp_path: Path) -> None:
 
 
 def test_tls_without_a_certificate_is_a_config_error(tmp_path: Path) -> None:
-    config = settings(tmp_path, grpc_inference_port=free_port(), grpc_management_port=free_port(),
-                      enable_grpc_ssl=True)  # fmt: skip
+    config = settings(tmp_path, grpc_inference_port=0, grpc_management_port=0, enable_grpc_ssl=True)
     dataplane = DataPlane(FakeRegistry(), ServerMetrics(hostname="testhost"), config)
 
     async def main() -> None:
@@ -108,7 +107,7 @@ def test_a_port_in_use_is_a_config_error_that_names_the_setting(tmp_path: Path) 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        config = settings(tmp_path, grpc_inference_port=taken.getsockname()[1], grpc_management_port=free_port())
+        config = settings(tmp_path, grpc_inference_port=taken.getsockname()[1], grpc_management_port=0)
         dataplane = DataPlane(FakeRegistry(), ServerMetrics(hostname="testhost"), config)
 
         async def main() -> None:
