@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from serve.config import Settings
 
 MANAGEMENT, INFERENCE, API = "management", "inference", "API"
-_BEARER = re.compile(r"^Bearer\s+(\S+)$")
+_BEARER = re.compile(r"^Bearer\s+(\S+)$", re.IGNORECASE)  # the scheme is case-insensitive (RFC 7235)
 
 
 @dataclasses.dataclass

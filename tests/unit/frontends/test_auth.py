@@ -55,6 +55,9 @@ def test_check_messages_say_what_was_wrong(tmp_path):
         with pytest.raises(Unauthorized, match=re.escape(needle)):
             auth.check(INFERENCE, header)
     auth.check(INFERENCE, f"Bearer  {key} ")
+    auth.check(INFERENCE, f"bearer {key}")  # the scheme is case-insensitive (RFC 7235); the key is not
+    with pytest.raises(Unauthorized, match="not the current inference key"):
+        auth.check(INFERENCE, f"Bearer {key.swapcase()}")
     now[0] += 61
     with pytest.raises(Unauthorized, match=r"has expired.*GET /token\?type=inference"):
         auth.check(INFERENCE, f"Bearer {key}")
