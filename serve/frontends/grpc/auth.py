@@ -2,7 +2,8 @@
 
 The inference key guards the inference server (7070), the management key the management server (7071), checked by
 the REST listeners' `TokenAuth`. Health checking and reflection stay open, as REST `/ping` does (probes and
-grpcurl need no key).
+grpcurl need no key), and so do the health twins of the open REST routes: TorchServe's `Ping` (`/ping`) and
+the v2 `ServerLive`, `ServerReady` and `ServerMetadata` (`/v2/health/*`, `/v2`'s server identity).
 
 Deliberate difference: a missing or wrong key is UNAUTHENTICATED (the gRPC status for "no valid credentials",
 and the table's code for 401), not TorchServe's PERMISSION_DENIED, which gRPC reserves for an authenticated
@@ -22,6 +23,12 @@ from serve.frontends.http.auth import TokenAuth
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
                  "/grpc.reflection.v1.ServerReflection/")  # fmt: skip
+OPEN_METHODS = frozenset({
+    "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Ping",
+    "/inference.GRPCInferenceService/ServerLive",
+    "/inference.GRPCInferenceService/ServerReady",
+    "/inference.GRPCInferenceService/ServerMetadata",
+})  # fmt: skip
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
@@ -35,7 +42,8 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or not self.auth.enabled or handler_call_details.method.startswith(OPEN_PREFIXES):
+        method = handler_call_details.method
+        if handler is None or not self.auth.enabled or method in OPEN_METHODS or method.startswith(OPEN_PREFIXES):
             return handler
         metadata = dict(handler_call_details.invocation_metadata or ())
         try:

@@ -1,11 +1,11 @@
 """`POST /predictions/...` straight to its endpoint, around the inference app's middleware stack and router.
 
 Under load, FastAPI's and Starlette's layers (error middleware, telemetry, body limit, exception middleware, exit
-stack, two routers) took half of the server process's CPU per prediction. This wrapper sends a prediction through
-only what it needs: `ServeHTTPMiddleware` (request id, no-cache headers, `max_request_size`, Requests2XX/4XX/5XX),
-the same endpoint function the router would call, and TorchServe's error bodies for any failure. Everything else
-(ping, explanations, the API description, docs, an unknown path) goes to the app unchanged. With CORS configured
-the wrapper is not used, so CORS headers are never skipped.
+stack, two routers) took half of the server process's CPU per prediction. This wrapper sends a prediction (POST
+or PUT) through only what it needs: `ServeHTTPMiddleware` (request id, no-cache headers, `max_request_size`,
+Requests2XX/4XX/5XX), the same endpoint function the router would call, and TorchServe's error bodies for any
+failure. Everything else (ping, explanations, the API description, docs, an unknown path) goes to the app
+unchanged. With CORS configured the wrapper is not used, so CORS headers are never skipped.
 
 The wrapper passes attribute reads through to the app (`app.state`, `app.openapi()`), so it stands in for it.
 """
@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from serve.frontends.http.middleware import ServeHTTPMiddleware
 from serve.frontends.http.responses import error_response
-from serve.frontends.http.routers.predictions import predict
+from serve.frontends.http.routers.predictions import METHODS, predict
 from serve.metrics import ServerMetrics
 
 PREFIX = "/predictions/"
@@ -35,7 +35,7 @@ class PredictionFastPath:
         return getattr(self.app, name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith(PREFIX):
+        if scope["type"] == "http" and scope["method"] in METHODS and scope["path"].startswith(PREFIX):
             params = _path_params(scope["path"])
             if params is not None:
                 await self._predict({**scope, "app": self.app, "path_params": params}, receive, send)

@@ -3,6 +3,7 @@
 - `multipart/form-data` and `application/x-www-form-urlencoded`: one input per form field, named after it; file
   parts keep their content type, plain fields have none; a repeated name keeps the last value (TorchServe's
   backend builds a dict the same way).
+- a `Content-Encoding: gzip|deflate` body is inflated first, bounded by `max_request_size` (encoding.py).
 - anything else: the raw body is the one input `body`, with the request's MIME type (without its parameters).
 - every request header goes to the handler (names lower-cased), plus TorchServe's `url_path` (the extra path
   segments after the version, "" otherwise) and `explain` ("True" for explanations, "False" for predictions).
@@ -21,12 +22,13 @@ from starlette.requests import Request
 
 from serve.batching import InferenceRequest
 from serve.batching.decoding import mime_type
+from serve.frontends.http.encoding import request_body
 from serve.frontends.http.multipart import boundary_of, parse_multipart
 
 
 async def inference_request(request: Request, url_path: str = "", explain: bool = False,
                             decode: bool = True) -> InferenceRequest:  # fmt: skip
-    body = await request.body()
+    body = await request_body(request)
     content_type = request.headers.get("content-type", "")
     mime = mime_type(content_type)
     inputs: dict[str, Any] = {}

@@ -36,7 +36,7 @@ from serve.frontends.oip import tensors
 
 SERVER_NAME = "serve"
 PLATFORM = "serve_python"
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 PROTOCOL_HEADER = "x-serve-protocol"
 BINARY_PARAMETERS = ("binary_data_size", "binary_data", "binary_data_output")
 DEFAULT_INPUT, DEFAULT_OUTPUT = "input0", "output0"
@@ -146,9 +146,10 @@ def _tensor_specs(value: Any, key: str, default: list[dict[str, Any]]) -> list[d
 
 
 async def infer(dataplane: DataPlane, model: str, version: str | None, request: InferRequest,
-                headers: dict[str, str] | None = None) -> InferResponse:  # fmt: skip
+                headers: dict[str, str] | None = None, explain: bool = False) -> InferResponse:  # fmt: skip
     """Run one v2 request through the model's batcher and return the handler's outputs (only the requested ones
-    when `request.outputs` names some). `headers` (lower-cased names) are passed to the handler. Raises the
+    when `request.outputs` names some). `headers` (lower-cased names) are passed to the handler. `explain` takes
+    the explanation path (the handler's `explain_handle`, TorchServe's `/explanations`). Raises the
     serving errors (`frontends.errors` maps them); a handler's error answer raises PredictionException with its
     status and message."""
     if not request.inputs:
@@ -161,7 +162,7 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
         headers={**(headers or {}), "content-type": "application/json", PROTOCOL_HEADER: "v2"},
         decode=True,
     )
-    answer = await dataplane.predict(model, version, job)
+    answer = await (dataplane.explain if explain else dataplane.predict)(model, version, job)
     body = answer.body
     if answer.chunks is not None:  # v2 has no streaming: a handler that yields answers with its chunks joined
         body = b"".join([chunk async for chunk in answer.chunks])

@@ -212,9 +212,11 @@ def test_unknown_paths_and_methods(tmp_path):
         assert _error(r) == {"code": 404, "type": "ResourceNotFoundException",
                              "message": "Requested resource is not found, please refer to API document."}  # fmt: skip
         r = await server.inference.get("/predictions/mnist")
-        assert (r.status_code, _error(r)["type"], r.headers["allow"]) == (405, "MethodNotAllowedException", "POST")
-        r = await server.inference.get("/")
-        assert r.status_code == 405
+        assert (r.status_code, _error(r)["type"]) == (405, "MethodNotAllowedException")
+        assert set(r.headers["allow"].split(", ")) == {"POST", "PUT"}
+        r = await server.inference.get("/")  # KServe v1 liveness on the inference port
+        assert (r.status_code, r.json()) == (200, {"status": "alive"})
+        assert (await server.management.get("/")).status_code == 405
         assert (await server.inference.get("/models")).status_code == 404  # management lives on its own port
 
     run(check, tmp_path)

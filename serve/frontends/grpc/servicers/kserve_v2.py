@@ -7,9 +7,9 @@ serve.frontends.oip core (the same calls as the REST `/v2` routes), with tritonc
 - outputs always go out as `raw_output_contents`, in output order (tritonclient reads only those);
 - request parameters of every kind (bool, int64, string, double, uint64) reach the handler as JSON values.
 
-ModelConfig and RepositoryIndex are answered from the registry, enough for tritonclient's `get_model_config` /
-`get_model_repository_index` and perf_analyzer: `max_batch_size` is the model's batch size when every metadata
-shape starts with the -1 batch dimension (which is then left out of `dims`), else 0.
+ModelConfig and RepositoryIndex are serve.frontends.oip.repository's dicts (the REST `/config` and
+`/v2/repository/index` answers), enough for tritonclient's `get_model_config` / `get_model_repository_index` and
+perf_analyzer.
 
 Deliberate differences from Triton: ModelReady and ModelMetadata of an unknown model are NOT_FOUND (the REST
 routes' 404, through serve.frontends.errors); the statistics, shared-memory, trace, log and repository load/unload rpcs
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
 from serve.errors import InvalidInput
@@ -29,7 +30,7 @@ from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from serve.frontends.grpc.status import abort
-from serve.frontends.oip import tensors
+from serve.frontends.oip import repository, tensors
 
 # the typed `contents` list that holds each datatype (spec section 2.2); FP16 and BF16 have none
 CONTENTS_FIELD = {
@@ -162,56 +163,15 @@ class KServeV2Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
         try:
-            meta = oip.model_metadata(self.dataplane, request.name, _version(request.version))
-            (entry,) = self.dataplane.registry.describe(request.name, _version(request.version))
+            config = repository.model_config(self.dataplane, request.name, _version(request.version))
         except Exception as exc:
             await abort(context, exc)
-        return pb.ModelConfigResponse(config=model_config(meta, entry))
+        return pb.ModelConfigResponse(config=json_format.ParseDict(config, pb.ModelConfig()))
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest,
                               context: Context) -> pb.RepositoryIndexResponse:  # fmt: skip
-        index = pb.RepositoryIndexResponse()
         try:
-            for name in _model_names(self.dataplane):
-                for entry in self.dataplane.registry.describe(name, None, True):
-                    ready = any(w.get("status") == "READY" for w in entry.get("workers", []))
-                    if request.ready and not ready:
-                        continue
-                    index.models.add(name=name, version=str(entry.get("modelVersion", "")),
-                                     state="READY" if ready else "UNAVAILABLE")  # fmt: skip
+            index = repository.repository_index(self.dataplane, request.ready)
         except Exception as exc:
             await abort(context, exc)
-        return index
-
-
-def _model_names(dataplane: DataPlane) -> list[str]:
-    names, token = [], 0
-    while True:
-        page = dataplane.list_models(100, token)
-        names += [m["modelName"] for m in page.get("models", [])]
-        next_token = page.get("nextPageToken")
-        if not next_token or int(next_token) <= token:
-            return names
-        token = int(next_token)
-
-
-def model_config(meta: dict[str, Any], entry: dict[str, Any]) -> pb.ModelConfig:
-    """Triton's ModelConfig from v2 metadata and the TorchServe describe entry (batchSize, maxBatchDelay)."""
-    batch = int(entry.get("batchSize") or 1)
-    batched = all(t["shape"] and t["shape"][0] == -1 for t in [*meta["inputs"], *meta["outputs"]])
-    max_batch_size = batch if batched else 0
-    skip = 1 if max_batch_size > 0 else 0
-    config = pb.ModelConfig(name=meta["name"], platform=meta["platform"], backend="python",
-                            max_batch_size=max_batch_size)  # fmt: skip
-    for t in meta["inputs"]:
-        config.input.add(name=t["name"], data_type=_data_type(t["datatype"]), dims=t["shape"][skip:])
-    for t in meta["outputs"]:
-        config.output.add(name=t["name"], data_type=_data_type(t["datatype"]), dims=t["shape"][skip:])
-    if batch > 1:
-        config.dynamic_batching.max_queue_delay_microseconds = int(entry.get("maxBatchDelay") or 0) * 1000
-    return config
-
-
-def _data_type(datatype: str) -> int:
-    name = "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
-    return int(pb.DataType.Value(name))
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in index])

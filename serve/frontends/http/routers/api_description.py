@@ -2,7 +2,8 @@
 
 Decision: the document is the OpenAPI that FastAPI generates for the listener (version 3.1, also at
 `/openapi.json`, browsable at `/docs`), titled "TorchServe APIs" as TorchServe's 3.0.1 document is; it lists our
-routes rather than TorchServe's hand-written ones. `GET /` is 405, as in TorchServe. No token is needed.
+routes rather than TorchServe's hand-written ones. `GET /` on the inference port is KServe v1's liveness
+(routers/kserve_v1.py); elsewhere 405, as in TorchServe. No token is needed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """KServe v1 (TF-Serving style) on the inference port (spec §1.9).
 
+    GET  /                           {"status": "alive"} (KServe's liveness; no key, like /ping)
     GET  /v1/models                  {"models": [names]}
     GET  /v1/models/{m}              {"name": m, "ready": bool}
     POST /v1/models/{m}:predict      {"instances": [...]} (or "inputs") -> {"predictions": [...]}
@@ -28,6 +29,10 @@ from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.routers.oip import dataplane_of, json_response, v2_errors
 from serve.frontends.oip import core
+
+
+async def alive(request: Request) -> Response:
+    return json_response({"status": "alive"})
 
 
 async def list_models(request: Request) -> Response:
@@ -91,6 +96,7 @@ async def _one(dataplane: DataPlane, name: str, instance: Any, headers: dict[str
 
 
 router = APIRouter()
+router.add_route("/", alive, methods=["GET"], include_in_schema=False)
 router.add_route("/v1/models", v2_errors(list_models), methods=["GET"], include_in_schema=False)
 router.add_route("/v1/models/{model_name}:predict", v2_errors(predict), methods=["POST"], include_in_schema=False)
 router.add_route("/v1/models/{model_name}:explain", v2_errors(explain), methods=["POST"], include_in_schema=False)

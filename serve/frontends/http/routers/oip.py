@@ -4,17 +4,22 @@
     GET  /v2/health/live, /v2/health/ready     {"live": true} / {"ready": true}; not ready: 503
     GET  /v2/models/{m}[/versions/{v}]         model metadata (frontends/oip/core.py says where it comes from)
     GET  /v2/models/{m}[/versions/{v}]/ready   {"name": m, "ready": true}; not ready: 503
+    GET  /v2/models/{m}[/versions/{v}]/config  Triton's model configuration JSON (frontends/oip/repository.py)
     POST /v2/models/{m}[/versions/{v}]/infer   JSON or the binary tensor extension (frontends/oip/rest.py)
+    POST /v2/models/{m}[/versions/{v}]/explain the same body, through the handler's explanation path
+    POST /v2/repository/index                  [{name, version, state, reason}]; body {"ready": true} optional
 
 Every failure is `{"error": "<message>"}` with the status of `frontends.errors` (400 bad input, 401 no key, 404
 unknown model, 503 not ready or queue full, 500 otherwise), as spec §1.7 asks; not TorchServe's error body.
 Decisions: `/v2/health/*` are open like `/ping` (Kubernetes probes carry no key); every other v2 route needs the
 inference key, like `/predictions`. The v2 body goes through the same `max_request_size` check (its 413 keeps
-TorchServe's body). Any other `/v2/...` path or method is a 404 in the v2 body.
+TorchServe's body); infer and explain read gzip/deflate bodies and compress answers on `Accept-Encoding`
+(http/encoding.py). Any other `/v2/...` path or method is a 404 in the v2 body.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,11 +28,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serve.batching import json_values
-from serve.errors import ModelNotFound, ModelNotReady
+from serve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.errors import error_info
 from serve.frontends.http.auth import INFERENCE, TokenAuth
-from serve.frontends.oip import core, rest, tensors
+from serve.frontends.http.encoding import compress, request_body
+from serve.frontends.oip import core, repository, rest, tensors
 
 JSON = "application/json"
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -90,31 +96,61 @@ async def model_ready(request: Request) -> Response:
     return json_response({"name": name, "ready": True})
 
 
+async def model_config(request: Request) -> Response:
+    return json_response(repository.model_config(dataplane_of(request), *_model(request)))
+
+
+async def repository_index(request: Request) -> Response:
+    dataplane = dataplane_of(request)
+    body = await request.body()
+    try:
+        value = json.loads(body) if body.strip() else {}
+    except json_values.DECODE_ERRORS as e:
+        raise InvalidInput(f'the repository index body is not JSON ({json_values.decode_error_text(e)}): send '
+                           '{"ready": true}, {} or nothing') from None  # fmt: skip
+    ready = value.get("ready", False) if isinstance(value, dict) else None
+    if not isinstance(ready, bool):
+        raise InvalidInput(f'the repository index body must be {{"ready": true|false}} or empty, got {value!r}')
+    return json_response(repository.repository_index(dataplane, ready))
+
+
 async def infer(request: Request) -> Response:
+    return await _infer(request, explain=False)
+
+
+async def explain(request: Request) -> Response:
+    return await _infer(request, explain=True)
+
+
+async def _infer(request: Request, explain: bool) -> Response:
     dataplane = dataplane_of(request)
     name, version = _model(request)
-    v2 = rest.parse_request(await request.body(), request.headers.get(tensors.HEADER_LENGTH))
-    response = await core.infer(dataplane, name, version, v2, dict(request.headers.items()))
+    v2 = rest.parse_request(await request_body(request), request.headers.get(tensors.HEADER_LENGTH))
+    response = await core.infer(dataplane, name, version, v2, dict(request.headers.items()), explain)
     body, header_length = rest.encode_response(response, v2)
     if header_length is None:
-        return Response(body, media_type=JSON)
-    return Response(body, media_type="application/octet-stream",
-                    headers={"Inference-Header-Content-Length": str(header_length)})  # fmt: skip
+        answer = Response(body, media_type=JSON)
+    else:
+        answer = Response(body, media_type="application/octet-stream",
+                          headers={"Inference-Header-Content-Length": str(header_length)})  # fmt: skip
+    return compress(answer, request.headers.get("accept-encoding"))
 
 
 ROUTES: list[tuple[str, Endpoint, str]] = [
     ("/v2", server_metadata, "GET"),
     ("/v2/health/live", live, "GET"),
     ("/v2/health/ready", ready, "GET"),
+    ("/v2/repository/index", repository_index, "POST"),
 ]
 for _prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{model_version}"):
     ROUTES += [(_prefix, model_metadata, "GET"), (_prefix + "/ready", model_ready, "GET"),
-               (_prefix + "/infer", infer, "POST")]  # fmt: skip
+               (_prefix + "/config", model_config, "GET"), (_prefix + "/infer", infer, "POST"),
+               (_prefix + "/explain", explain, "POST")]  # fmt: skip
 
 
 async def unknown(request: Request) -> Response:
     """Any other `/v2/...` path or method: 404 in the v2 error body, which tritonclient reads (Triton-only
-    extensions such as `/config`, `/stats` and the repository API are not served here)."""
+    extensions such as `/stats`, shared memory and repository load/unload are not served here)."""
     routes = ", ".join(f"{method} {path}" for path, _, method in ROUTES)
     raise ModelNotFound(f"no v2 route for {request.method} {request.url.path}: this server answers {routes}")
 

@@ -8,7 +8,9 @@ These are plain Starlette routes, not FastAPI path operations: FastAPI's depende
 validation cost several times the rest of the request on this, the hot path. Their OpenAPI entries are written
 out in `OPENAPI_PATHS` (as TorchServe writes its API description by hand).
 
-Decision: only POST predicts (TorchServe runs inference for any method but OPTIONS); other methods are 405.
+Decision: POST and PUT predict (TorchServe runs inference for any method but OPTIONS; its docs send files with
+`curl -T`, a PUT); other methods are 405. A gzip or deflate body is inflated, and the answer compressed when the
+client accepts it (encoding.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.responses import Response
 
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.auth import INFERENCE, TokenAuth
+from serve.frontends.http.encoding import compress
 from serve.frontends.http.parsing import inference_request
 from serve.frontends.http.responses import inference_response
 
@@ -33,7 +36,8 @@ async def _infer(request: Request, explain: bool) -> Response:
     job = await inference_request(request, params.get("url_path", ""), explain, state.settings.decode_input_request)
     dataplane: DataPlane = state.dataplane
     infer = dataplane.explain if explain else dataplane.predict
-    return inference_response(await infer(params["model_name"], params.get("model_version"), job))
+    response = inference_response(await infer(params["model_name"], params.get("model_version"), job))
+    return compress(response, request.headers.get("accept-encoding"))
 
 
 async def predict(request: Request) -> Response:
@@ -44,6 +48,7 @@ async def explain(request: Request) -> Response:
     return await _infer(request, explain=True)
 
 
+METHODS = ["POST", "PUT"]
 PATHS = {
     "/predictions/{model_name}": (predict, "Predict with the model's default version"),
     "/predictions/{model_name}/{model_version}": (predict, "Predict with one version of the model"),
@@ -56,7 +61,7 @@ PATHS = {
 def _router() -> APIRouter:
     router = APIRouter()
     for path, (endpoint, _) in PATHS.items():
-        router.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
+        router.add_route(path, endpoint, methods=METHODS, include_in_schema=False)
     return router
 
 
@@ -87,4 +92,10 @@ def _operation(path: str, summary: str) -> dict[str, Any]:
     }
 
 
-OPENAPI_PATHS = {path.replace(":path", ""): _operation(path, summary) for path, (_, summary) in PATHS.items()}
+def _operations(path: str, summary: str) -> dict[str, Any]:
+    post = _operation(path, summary)["post"]
+    put = {**post, "summary": summary + " (PUT, as curl -T sends)", "operationId": post["operationId"] + "_put"}
+    return {"post": post, "put": put}
+
+
+OPENAPI_PATHS = {path.replace(":path", ""): _operations(path, summary) for path, (_, summary) in PATHS.items()}

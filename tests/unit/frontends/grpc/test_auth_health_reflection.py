@@ -10,6 +10,8 @@ from google.protobuf import empty_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as kpb
+from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as kpb_grpc
 from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
 from serve.frontends.grpc.generated import management_pb2 as mpb
@@ -27,19 +29,42 @@ def bearer(key: str) -> list[tuple[str, str]]:
 def test_inference_needs_the_inference_key(tmp_path: Path) -> None:
     async def test(env: Env) -> None:
         stub = ipb_grpc.InferenceAPIsServiceStub(env.inference)
+        request = ipb.PredictionsRequest(model_name="mnist")
         for metadata in ([], bearer("wrong"), bearer(env.auth.key(MANAGEMENT)), [("authorization", "token")]):
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await stub.Ping(empty_pb2.Empty(), metadata=metadata)
+                await stub.Predictions(request, metadata=metadata)
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert "Token Authorization failed" in (err.value.details() or "")
+        assert env.registry.calls == []
         with pytest.raises(grpc.aio.AioRpcError) as err:  # a streaming rpc is refused the same way
             _ = [m async for m in stub.StreamPredictions(ipb.PredictionsRequest(model_name="mnist"))]
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        ok = await stub.Predictions(
-            ipb.PredictionsRequest(model_name="mnist"), metadata=bearer(env.auth.key(INFERENCE))
-        )
-        assert ok.prediction == b'{"ok": true}'
-        assert env.registry.calls[-1][0] == "submit"
+        for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme is case-insensitive (RFC 7235)
+            metadata = [("authorization", f"{scheme} {env.auth.key(INFERENCE)}")]
+            ok = await stub.Predictions(ipb.PredictionsRequest(model_name="mnist"), metadata=metadata)
+            assert ok.prediction == b'{"ok": true}'
+            assert env.registry.calls[-1][0] == "submit"
+
+    run(test, tmp_path, **AUTH_ON)
+
+
+def test_health_rpcs_are_open_like_their_rest_twins(tmp_path: Path) -> None:
+    """Ping (REST /ping), ServerLive, ServerReady, ServerMetadata (REST /v2/health/*, /v2) need no key; the
+    model-level v2 rpcs still do."""
+
+    async def test(env: Env) -> None:
+        stub = ipb_grpc.InferenceAPIsServiceStub(env.inference)
+        assert '"Healthy"' in (await stub.Ping(empty_pb2.Empty())).health
+        v2 = kpb_grpc.GRPCInferenceServiceStub(env.inference)
+        assert (await v2.ServerLive(kpb.ServerLiveRequest())).live
+        assert (await v2.ServerReady(kpb.ServerReadyRequest())).ready
+        assert (await v2.ServerMetadata(kpb.ServerMetadataRequest())).name == "serve"
+        for call, request in ((v2.ModelReady, kpb.ModelReadyRequest(name="mnist")),
+                              (v2.ModelMetadata, kpb.ModelMetadataRequest(name="mnist")),
+                              (v2.RepositoryIndex, kpb.RepositoryIndexRequest())):  # fmt: skip
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call(request)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
     run(test, tmp_path, **AUTH_ON)
 

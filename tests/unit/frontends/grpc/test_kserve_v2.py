@@ -182,9 +182,11 @@ def test_model_config_and_repository_index(tmp_path: Path) -> None:
 def test_v2_needs_the_inference_key(tmp_path: Path) -> None:
     async def test(env: Env) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub(env).ServerLive(pb.ServerLiveRequest())
+            await stub(env).ModelReady(pb.ModelReadyRequest(name="mnist"))
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
         key = env.auth.key("inference")
-        assert (await stub(env).ServerLive(pb.ServerLiveRequest(), metadata=[("authorization", f"Bearer {key}")])).live
+        metadata = [("authorization", f"Bearer {key}")]
+        assert (await stub(env).ModelReady(pb.ModelReadyRequest(name="mnist"), metadata=metadata)).ready
+        assert (await stub(env).ServerLive(pb.ServerLiveRequest())).live  # open, like REST /v2/health/live
 
     v2(test, tmp_path, disable_token_authorization=False)

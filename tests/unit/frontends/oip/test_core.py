@@ -74,8 +74,8 @@ def test_model_metadata_and_ready(tmp_path):
         assert r.status_code == 404 and r.json() == {"error": "Model not found: nope"}
         r = await s.inference.get("/v2/models/mnist/versions/9.0/ready")
         assert r.status_code == 404
-        r = await s.inference.get("/v2/models/mnist/config")
-        assert r.status_code == 404 and "no v2 route for GET /v2/models/mnist/config" in r.json()["error"]
+        r = await s.inference.get("/v2/models/mnist/stats")
+        assert r.status_code == 404 and "no v2 route for GET /v2/models/mnist/stats" in r.json()["error"]
 
     run(check, tmp_path, Registry())
 
@@ -221,7 +221,7 @@ def test_kserve_v1(tmp_path):
 
 
 def test_core_infer_selects_requested_outputs():
-    assert core.server_metadata()["extensions"] == ["binary_tensor_data"]
+    assert core.server_metadata()["extensions"] == ["binary_tensor_data", "model_configuration"]
     a = {"name": "a", "datatype": "INT32", "shape": [1], "data": [1]}
     b = {"name": "b", "datatype": "BYTES", "shape": [1], "data": ["z"]}
     outputs = core.parse_handler_answer(json.dumps({"outputs": [a, b]}).encode())
