@@ -173,15 +173,54 @@ static void epilogue(const float *tile, int mr, int ncols, const float *bias, co
     c##j##1 = vfma(vset1(a##j[k]), b1, c##j##1);
 #define DECL_ROW(j) V c##j##0 = vzero(), c##j##1 = vzero();
 #define STORE_ROW(j) vstore(tile + (j) * NR, c##j##0); vstore(tile + (j) * NR + VL, c##j##1);
-
-/* tile[MR][NR] = sum over taps t and k < kc of ptrs[t][j][k] * b[t * kc + k][:] */
-static void ukernel(int ntaps, const float *const *ptrs, long long kc, const float *b, float *tile) {
 #if MR == 12
-    DECL_ROW(0) DECL_ROW(1) DECL_ROW(2) DECL_ROW(3) DECL_ROW(4) DECL_ROW(5)
-    DECL_ROW(6) DECL_ROW(7) DECL_ROW(8) DECL_ROW(9) DECL_ROW(10) DECL_ROW(11)
+#define ALL_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
 #else
-    DECL_ROW(0) DECL_ROW(1) DECL_ROW(2) DECL_ROW(3) DECL_ROW(4) DECL_ROW(5)
+#define ALL_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5)
 #endif
+#define PREFETCH_ROW(j) \
+    if ((j) < mr) { \
+        if (res) \
+            _mm_prefetch((const char *)(res + (j) * ldr), _MM_HINT_T0); \
+        _mm_prefetch((const char *)(out + (j) * ldo), _MM_HINT_T0); \
+    }
+#define EPILOGUE_ROW(j) { \
+    V v0 = vadd(c##j##0, bb0), v1 = vadd(c##j##1, bb1); \
+    if (res) { \
+        v0 = vadd(v0, vload(res + (j) * ldr)); \
+        v1 = vadd(v1, vload(res + (j) * ldr + VL)); \
+    } \
+    vstore(out + (j) * ldo, v_act(v0, act)); \
+    vstore(out + (j) * ldo + VL, v_act(v1, act)); }
+/* The tile's outputs: a whole tile takes its epilogue straight from the accumulators (no pass through memory,
+ * which is most of the cost when K is small); an edge tile goes through `tile` and the masked epilogue. */
+#define FINISH_TILE \
+    if (mr == MR && ncols == NR) { \
+        V bb0 = bias ? vload(bias) : vzero(), bb1 = bias ? vload(bias + VL) : vzero(); \
+        ALL_ROWS(EPILOGUE_ROW) \
+    } else { \
+        float tile[MR * NR] __attribute__((aligned(64))); \
+        ALL_ROWS(STORE_ROW) \
+        epilogue(tile, mr, ncols, bias, res, ldr, out, ldo, act); \
+    }
+
+/* Where one MR x NR tile writes: rows j < mr, columns < ncols of out (row stride ldo), adding res (stride ldr). */
+typedef struct {
+    int mr, ncols, act;
+    const float *bias, *res;
+    long long ldr, ldo;
+    float *out;
+} Tile;
+
+/* out = act(sum over taps t and k < kc of ptrs[t][j][k] * b[t * kc + k][:] + bias + res) for one tile. The
+ * tile's residual and output lines are prefetched first: they arrive while the products run. */
+static void ukernel(int ntaps, const float *const *ptrs, long long kc, const float *b, const Tile *tl) {
+    const int mr = tl->mr, ncols = tl->ncols, act = tl->act;
+    const float *bias = tl->bias, *res = tl->res;
+    const long long ldr = tl->ldr, ldo = tl->ldo;
+    float *out = tl->out;
+    ALL_ROWS(PREFETCH_ROW)
+    ALL_ROWS(DECL_ROW)
     for (int t = 0; t < ntaps; t++, ptrs += MR) {
         const float *a0 = ptrs[0], *a1 = ptrs[1], *a2 = ptrs[2], *a3 = ptrs[3], *a4 = ptrs[4], *a5 = ptrs[5];
 #if MR == 12
@@ -189,32 +228,35 @@ static void ukernel(int ntaps, const float *const *ptrs, long long kc, const flo
 #endif
         for (long long k = 0; k < kc; k++, b += NR) {
             V b0 = vload(b), b1 = vload(b + VL);
-            FMA_ROW(0) FMA_ROW(1) FMA_ROW(2) FMA_ROW(3) FMA_ROW(4) FMA_ROW(5)
-#if MR == 12
-            FMA_ROW(6) FMA_ROW(7) FMA_ROW(8) FMA_ROW(9) FMA_ROW(10) FMA_ROW(11)
-#endif
+            ALL_ROWS(FMA_ROW)
         }
     }
-    STORE_ROW(0) STORE_ROW(1) STORE_ROW(2) STORE_ROW(3) STORE_ROW(4) STORE_ROW(5)
-#if MR == 12
-    STORE_ROW(6) STORE_ROW(7) STORE_ROW(8) STORE_ROW(9) STORE_ROW(10) STORE_ROW(11)
-#endif
+    FINISH_TILE
+}
+
+/* Panels of the packed weight taken together, so that their weights (ntaps * kc * NR floats each) stay in the
+ * L2 cache while every row block of a super block runs over them: when the whole weight fits, each row block
+ * sweeps all panels (its inputs stay in L1 and its output rows are written whole); a big weight goes one panel
+ * at a time. */
+#define PANEL_GROUP_BYTES (256 * 1024)
+static long long panel_group(long long k, long long npanels) {
+    long long g = PANEL_GROUP_BYTES / (k * NR * (long long)sizeof(float));
+    return g < 1 ? 1 : g > npanels ? npanels : g;
 }
 
 /* Runs the panels over `nrows` rows whose tap pointers are in ptrs[block][tap][MR]; row r of the block writes
- * out + r * ldo (and reads res + r * ldo). */
+ * out + r * n (and reads res + r * n). */
 static void run_rows(long long nrows, int ntaps, const float *const *ptrs, long long kc, const float *wp,
                      long long n, const float *bias, const float *res, float *out, int act) {
-    float tile[MR * NR] __attribute__((aligned(64)));
-    long long npanels = (n + NR - 1) / NR, k = (long long)ntaps * kc;
-    for (long long p = 0; p < npanels; p++) {
-        const float *bp = wp + p * k * NR;
-        int ncols = (int)(n - p * NR < NR ? n - p * NR : NR);
+    long long npanels = (n + NR - 1) / NR, k = (long long)ntaps * kc, group = panel_group(k, npanels);
+    for (long long p0 = 0; p0 < npanels; p0 += group) {
+        long long p1 = p0 + group < npanels ? p0 + group : npanels;
         for (long long r = 0; r < nrows; r += MR) {
-            int mr = (int)(nrows - r < MR ? nrows - r : MR);
-            ukernel(ntaps, ptrs + (r / MR) * ntaps * MR, kc, bp, tile);
-            epilogue(tile, mr, ncols, bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n,
-                     out + r * n + p * NR, n, act);
+            for (long long p = p0; p < p1; p++) {
+                Tile tl = {(int)(nrows - r < MR ? nrows - r : MR), (int)(n - p * NR < NR ? n - p * NR : NR), act,
+                           bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n, n, out + r * n + p * NR};
+                ukernel(ntaps, ptrs + (r / MR) * ntaps * MR, kc, wp + p * k * NR, &tl);
+            }
         }
     }
 }
@@ -423,10 +465,14 @@ static inline __m512 bcast_pair(const bf16 *p) {
     c##j##0 = _mm512_dpbf16_ps(c##j##0, aj, b0); \
     c##j##1 = _mm512_dpbf16_ps(c##j##1, aj, b1); }
 
-/* tile[MR][NR] = sum over taps t and pairs kp < kcp of ptrs[t][j][2 kp : 2 kp + 2] . b[t * kcp + kp][:][:] */
-static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, float *tile) {
-    DECL_ROW(0) DECL_ROW(1) DECL_ROW(2) DECL_ROW(3) DECL_ROW(4) DECL_ROW(5)
-    DECL_ROW(6) DECL_ROW(7) DECL_ROW(8) DECL_ROW(9) DECL_ROW(10) DECL_ROW(11)
+/* out = act(sum over taps t and pairs kp < kcp of ptrs[t][j][2 kp : 2 kp + 2] . b[t * kcp + kp][:][:] + ...) */
+static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, const Tile *tl) {
+    const int mr = tl->mr, ncols = tl->ncols, act = tl->act;
+    const float *bias = tl->bias, *res = tl->res;
+    const long long ldr = tl->ldr, ldo = tl->ldo;
+    float *out = tl->out;
+    ALL_ROWS(PREFETCH_ROW)
+    ALL_ROWS(DECL_ROW)
     for (int t = 0; t < ntaps; t++, ptrs += MR) {
         const bf16 *a0 = ptrs[0], *a1 = ptrs[1], *a2 = ptrs[2], *a3 = ptrs[3], *a4 = ptrs[4], *a5 = ptrs[5];
         const bf16 *a6 = ptrs[6], *a7 = ptrs[7], *a8 = ptrs[8], *a9 = ptrs[9], *a10 = ptrs[10], *a11 = ptrs[11];
@@ -436,22 +482,20 @@ static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, cons
             DP_ROW(6) DP_ROW(7) DP_ROW(8) DP_ROW(9) DP_ROW(10) DP_ROW(11)
         }
     }
-    STORE_ROW(0) STORE_ROW(1) STORE_ROW(2) STORE_ROW(3) STORE_ROW(4) STORE_ROW(5)
-    STORE_ROW(6) STORE_ROW(7) STORE_ROW(8) STORE_ROW(9) STORE_ROW(10) STORE_ROW(11)
+    FINISH_TILE
 }
 
 static void run_rows_bf16(long long nrows, int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *wp,
                           long long n, const float *bias, const float *res, float *out, int act) {
-    float tile[MR * NR] __attribute__((aligned(64)));
-    long long npanels = (n + NR - 1) / NR, kp = (long long)ntaps * kcp;
-    for (long long p = 0; p < npanels; p++) {
-        const bf16 *bp = wp + p * kp * 2 * NR;
-        int ncols = (int)(n - p * NR < NR ? n - p * NR : NR);
+    long long npanels = (n + NR - 1) / NR, kp = (long long)ntaps * kcp, group = panel_group(kp, npanels);
+    for (long long p0 = 0; p0 < npanels; p0 += group) {
+        long long p1 = p0 + group < npanels ? p0 + group : npanels;
         for (long long r = 0; r < nrows; r += MR) {
-            int mr = (int)(nrows - r < MR ? nrows - r : MR);
-            ukernel_bf16(ntaps, ptrs + (r / MR) * ntaps * MR, kcp, bp, tile);
-            epilogue(tile, mr, ncols, bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n,
-                     out + r * n + p * NR, n, act);
+            for (long long p = p0; p < p1; p++) {
+                Tile tl = {(int)(nrows - r < MR ? nrows - r : MR), (int)(n - p * NR < NR ? n - p * NR : NR), act,
+                           bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n, n, out + r * n + p * NR};
+                ukernel_bf16(ntaps, ptrs + (r / MR) * ntaps * MR, kcp, wp + p * kp * 2 * NR, &tl);
+            }
         }
     }
 }
