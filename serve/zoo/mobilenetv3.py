@@ -23,8 +23,18 @@ NormLayer = Callable[..., nn.Module]
 class InvertedResidualConfig:
     """One block's settings, channels scaled by `width_mult` and rounded to multiples of 8."""
 
-    def __init__(self, input_channels: int, kernel: int, expanded_channels: int, out_channels: int, use_se: bool,
-                 activation: str, stride: int, dilation: int, width_mult: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        input_channels: int,
+        kernel: int,
+        expanded_channels: int,
+        out_channels: int,
+        use_se: bool,
+        activation: str,
+        stride: int,
+        dilation: int,
+        width_mult: float,
+    ) -> None:
         self.input_channels = self.adjust_channels(input_channels, width_mult)
         self.kernel = kernel
         self.expanded_channels = self.adjust_channels(expanded_channels, width_mult)
@@ -42,8 +52,9 @@ class InvertedResidualConfig:
 class InvertedResidual(nn.Module):
     """[1x1 expand], depthwise kxk, [squeeze-excite], 1x1 project; residual when the shape is kept."""
 
-    def __init__(self, cnf: InvertedResidualConfig, norm_layer: NormLayer,
-                 se_layer: Callable[..., nn.Module] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cnf: InvertedResidualConfig, norm_layer: NormLayer, se_layer: Callable[..., nn.Module] | None = None
+    ) -> None:
         super().__init__()
         se_layer = se_layer or partial(SqueezeExcitation, scale_activation=nn.Hardsigmoid)
         if not 1 <= cnf.stride <= 2:
@@ -52,16 +63,35 @@ class InvertedResidual(nn.Module):
         act = nn.Hardswish if cnf.use_hs else nn.ReLU
         layers: list[nn.Module] = []
         if cnf.expanded_channels != cnf.input_channels:
-            layers.append(Conv2dNormActivation(cnf.input_channels, cnf.expanded_channels, kernel_size=1,
-                                               norm_layer=norm_layer, activation_layer=act))  # fmt: skip
+            layers.append(
+                Conv2dNormActivation(
+                    cnf.input_channels,
+                    cnf.expanded_channels,
+                    kernel_size=1,
+                    norm_layer=norm_layer,
+                    activation_layer=act,
+                )
+            )
         stride = 1 if cnf.dilation > 1 else cnf.stride
-        layers.append(Conv2dNormActivation(cnf.expanded_channels, cnf.expanded_channels, kernel_size=cnf.kernel,
-                                           stride=stride, dilation=cnf.dilation, groups=cnf.expanded_channels,
-                                           norm_layer=norm_layer, activation_layer=act))  # fmt: skip
+        layers.append(
+            Conv2dNormActivation(
+                cnf.expanded_channels,
+                cnf.expanded_channels,
+                kernel_size=cnf.kernel,
+                stride=stride,
+                dilation=cnf.dilation,
+                groups=cnf.expanded_channels,
+                norm_layer=norm_layer,
+                activation_layer=act,
+            )
+        )
         if cnf.use_se:
             layers.append(se_layer(cnf.expanded_channels, _make_divisible(cnf.expanded_channels // 4, 8)))
-        layers.append(Conv2dNormActivation(cnf.expanded_channels, cnf.out_channels, kernel_size=1,
-                                           norm_layer=norm_layer, activation_layer=None))  # fmt: skip
+        layers.append(
+            Conv2dNormActivation(
+                cnf.expanded_channels, cnf.out_channels, kernel_size=1, norm_layer=norm_layer, activation_layer=None
+            )
+        )
         self.block = nn.Sequential(*layers)
         self.out_channels = cnf.out_channels
         self._is_cn = cnf.stride > 1
@@ -95,14 +125,17 @@ class MobileNetV3(nn.Module):
         layers += [block(cnf, norm_layer) for cnf in inverted_residual_setting]
         last_in = inverted_residual_setting[-1].out_channels
         last_out = 6 * last_in
-        layers.append(Conv2dNormActivation(last_in, last_out, kernel_size=1, norm_layer=norm_layer,
-                                           activation_layer=nn.Hardswish))  # fmt: skip
+        layers.append(
+            Conv2dNormActivation(last_in, last_out, kernel_size=1, norm_layer=norm_layer, activation_layer=nn.Hardswish)
+        )
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(
-            nn.Linear(last_out, last_channel), nn.Hardswish(inplace=True), nn.Dropout(p=dropout, inplace=True),
+            nn.Linear(last_out, last_channel),
+            nn.Hardswish(inplace=True),
+            nn.Dropout(p=dropout, inplace=True),
             nn.Linear(last_channel, num_classes),
-        )  # fmt: skip
+        )
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out")
@@ -145,8 +178,9 @@ _SMALL = [(16, 3, 16, 16, True, "RE", 2), (16, 3, 72, 24, False, "RE", 2), (24, 
           (96, 5, 576, 96, True, "HS", 1), (96, 5, 576, 96, True, "HS", 1)]  # fmt: skip
 
 
-def _mobilenet_v3_conf(arch: str, width_mult: float = 1.0, reduced_tail: bool = False, dilated: bool = False,
-                       **kwargs: Any) -> tuple[list[InvertedResidualConfig], int]:  # fmt: skip
+def _mobilenet_v3_conf(
+    arch: str, width_mult: float = 1.0, reduced_tail: bool = False, dilated: bool = False, **kwargs: Any
+) -> tuple[list[InvertedResidualConfig], int]:
     """The block settings and the classifier's hidden width for `arch`."""
     table, last = {"mobilenet_v3_large": (_LARGE, 1280), "mobilenet_v3_small": (_SMALL, 1024)}[arch]
     div, dil = (2 if reduced_tail else 1), (2 if dilated else 1)
