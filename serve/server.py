@@ -6,24 +6,35 @@ connections and finishes the requests it has (uvicorn's and grpc's graceful shut
 what is queued and stops its workers (bounded by `unregister_model_timeout`), the key file is removed, and it returns 0.
 The listeners share one event loop with the registry, so a request in flight is never cut off by its own worker
 going away first.
+
+The server binds its REST sockets itself before uvicorn serves them, so a port 0 in an address (and
+grpc_*_port=0) takes a free port chosen by the system with no window in which another process can take it; the
+ports it got go to the log line "serve is up" and, when `ports_file` is set, to that file as JSON. Each REST
+listener runs uvicorn's httptools protocol with the connection limits of
+serve/frontends/http/connection_limits.py (header size and count, header-read timeout, idle connections).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import signal
+import socket
 from collections.abc import Iterator
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from serve.config import Settings, parse_address
+from serve.errors import ConfigError
 from serve.frontends.dataplane import DataPlane
-from serve.frontends.grpc.server import create_grpc_servers
+from serve.frontends.grpc.server import bound_port, create_grpc_servers
 from serve.frontends.http.app import create_inference_app, create_management_app, create_metrics_app
 from serve.frontends.http.auth import TokenAuth
+from serve.frontends.http.connection_limits import ConnectionLimits, limited_http_protocol
 from serve.management.registry import ModelRegistry
 from serve.metrics import ServerMetrics
 
@@ -40,12 +51,22 @@ class _Listener(uvicorn.Server):
         yield
 
 
-def _listener(app: ASGIApp, address: str, settings: Settings) -> _Listener:
+def _listener(app: ASGIApp, address: str, settings: Settings, key: str) -> tuple[_Listener, socket.socket]:
+    """A uvicorn server for `app` and the socket it will serve, bound now (ConfigError when it cannot be)."""
     host, port, tls = parse_address(address)
-    cert, key = (settings.certificate_file, settings.private_key_file) if tls else (None, None)
+    cert, keyfile = (settings.certificate_file, settings.private_key_file) if tls else (None, None)
+    limits = ConnectionLimits(settings.max_header_line_size, settings.max_header_size, settings.max_header_count,
+                              settings.header_read_timeout, settings.max_idle_connections)  # fmt: skip
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=GRACEFUL_SECONDS, ssl_certfile=cert, ssl_keyfile=key)  # fmt: skip
-    return _Listener(config)
+                            timeout_graceful_shutdown=GRACEFUL_SECONDS, ssl_certfile=cert, ssl_keyfile=keyfile,
+                            http=limited_http_protocol(limits), timeout_keep_alive=settings.keep_alive_timeout)  # type: ignore[arg-type]  # fmt: skip
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=config.backlog)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {address}: {exc.strerror or exc}. Set {key} in config.properties to a "
+                          "free local address and port (port 0: any free port)") from None  # fmt: skip
+    return _Listener(config), sock
 
 
 async def serve(settings: Settings, started: asyncio.Event | None = None) -> int:
@@ -54,27 +75,38 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     registry = ModelRegistry(settings, metrics)
     dataplane = DataPlane(registry, metrics, settings)
     auth = TokenAuth.from_settings(settings)
-    listeners = [
-        _listener(create_inference_app(dataplane, settings, auth), settings.inference_address, settings),
-        _listener(create_management_app(dataplane, settings, auth), settings.management_address, settings),
-    ]
+    apps = {"inference": create_inference_app(dataplane, settings, auth),
+            "management": create_management_app(dataplane, settings, auth)}  # fmt: skip
     if settings.enable_metrics_api:
-        listeners.append(_listener(create_metrics_app(metrics, settings), settings.metrics_address, settings))
+        apps["metrics"] = create_metrics_app(metrics, settings)
+    bound: dict[str, tuple[_Listener, socket.socket]] = {}
+    try:
+        for name, app in apps.items():
+            bound[name] = _listener(app, getattr(settings, f"{name}_address"), settings, f"{name}_address")
+    except ConfigError:
+        for _, sock in bound.values():
+            sock.close()
+        raise
+    listeners = [listener for listener, _ in bound.values()]
+    ports = {name: sock.getsockname()[1] for name, (_, sock) in bound.items()}
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
             loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
+    tasks = [asyncio.create_task(listener.serve(sockets=[sock])) for listener, sock in bound.values()]
     grpc_servers: list = []
     try:
         grpc_servers = create_grpc_servers(dataplane, settings, auth)  # a port it cannot bind: ConfigError
         for grpc_server in grpc_servers:
             await grpc_server.start()
+        ports.update(zip(("grpc_inference", "grpc_management"), map(bound_port, grpc_servers), strict=True))
+        _write_ports(settings, ports)
         await registry.start()
         if started is not None:
             started.set()
-        _log_up(registry, ", ".join(f"{s.config.host}:{s.config.port}" for s in listeners))
+        _log_up(registry, ", ".join(f"{name} {listener.config.host}:{ports[name]}"
+                                    for name, (listener, _) in bound.items()))  # fmt: skip
         await _until_stopped(stop, tasks)
     finally:
         for listener in listeners:
@@ -84,6 +116,17 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         auth.remove_key_file()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
     return 1 if failed else 0
+
+
+def _write_ports(settings: Settings, ports: dict[str, int]) -> None:
+    """The bound ports as JSON in `ports_file`, written whole (a reader never sees half a file)."""
+    if settings.ports_file is None:
+        return
+    path = settings.ports_file
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(ports))
+    os.replace(partial, path)
+    logger.info("ports: %s (written to %s)", ports, path)
 
 
 def _log_up(registry: ModelRegistry, addresses: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +36,7 @@ from tests.e2e.k8s_manifests import (
     render,
     replay,
 )
-from tests.integration.server import free_port, recorder_archive
+from tests.integration.server import recorder_archive
 
 # pinned: grpc probes are GA since 1.27, PDB unhealthyPodEvictionPolicy is on by default since 1.27
 KUBERNETES_VERSION = "1.30.0"
@@ -228,6 +229,13 @@ def test_inferenceservice_ports_and_probes_match_the_servers_settings(tmp_path: 
 
 
 # ---- a real server, configured as the container is ---------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port free now (the container's ports must map one to one, so this test cannot use port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("which", ["deployment", "inferenceservice"])

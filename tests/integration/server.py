@@ -1,8 +1,12 @@
-"""A real `serve` process on free loopback ports, and the small archives the integration tests register.
+"""A real `serve` process on loopback ports it chose itself, and the small archives the integration tests register.
 
 `ServerProcess` starts `python -m serve.cli.main start --foreground` in its own working directory (key file,
 logs and snapshots land there; TMPDIR too, so its pid file is its own), waits for `/ping` to say ready, and stops
 it with SIGTERM. Every wait is bounded.
+
+Every listener is configured with port 0 (`http://127.0.0.1:0`, `grpc_*_port=0`): the server binds a port the
+system picks and writes the ports it got to `ports_file` (`ports.json` in its working directory), which `start`
+reads. Nothing picks a free port first and binds it later, so no other process can take it in between.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -66,22 +69,12 @@ def handle(data, context):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def recorder_archive(store: Path, name: str, log: Path, version: str = "1.0", file_name: str | None = None) -> Path:
     """`<store>/<file_name or name.mar>` holding the recorder handler as model `name`, version `version`."""
     handler = store.parent / f"{name}_{version.replace('.', '_')}_handler.py"
     handler.write_text(RECORDER.format(log=str(log)))
     built = package(name, version, f"{handler}:handle", export_path=store.parent / "build", force=True, progress=False)
     return built.replace(store / (file_name or built.name))
-
-
-class PortTaken(RuntimeError):
-    """The server could not bind one of its ports."""
 
 
 class ServerProcess:
@@ -92,12 +85,12 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def _write_config(self) -> None:
-        """Fresh free ports in config.properties (a port free when asked can be taken as some client's ephemeral
-        source port before the server binds it: `start` then retries with new ones)."""
-        self.ports = {name: free_port() for name in ("inference", "management", "metrics")}
-        lines = [f"{name}_address=http://127.0.0.1:{port}" for name, port in self.ports.items()]
-        grpc_ports = {"grpc_inference_port": free_port(), "grpc_management_port": free_port()}
-        lines += [f"{key}={value}" for key, value in {"number_of_gpu": 0, **grpc_ports, **self.properties}.items()]
+        """config.properties with port 0 for every listener and the ports file the server reports them in."""
+        self.ports: dict[str, int] = {}
+        self.ports_file = self.workdir / "ports.json"
+        listeners = {f"{name}_address": "http://127.0.0.1:0" for name in ("inference", "management", "metrics")}
+        listeners |= {"grpc_inference_port": 0, "grpc_management_port": 0, "ports_file": self.ports_file}
+        lines = [f"{key}={value}" for key, value in {"number_of_gpu": 0, **listeners, **self.properties}.items()]
         (self.workdir / "config.properties").write_text("\n".join(lines) + "\n")
 
     @property
@@ -112,31 +105,34 @@ class ServerProcess:
     def metrics(self) -> str:
         return f"http://127.0.0.1:{self.ports['metrics']}"
 
-    def start(self, attempts: int = 3, healthy: bool = True) -> ServerProcess:
-        """Start and wait until `/ping` says Healthy (with `healthy=False`: until it answers at all)."""
-        for attempt in range(attempts):
-            try:
-                return self._start(healthy)
-            except PortTaken:
-                if attempt == attempts - 1:
-                    raise
-                self._write_config()
-        raise AssertionError("unreachable")
+    @property
+    def grpc_inference(self) -> str:
+        return f"127.0.0.1:{self.ports['grpc_inference']}"
 
-    def _start(self, healthy: bool = True) -> ServerProcess:
+    @property
+    def grpc_management(self) -> str:
+        return f"127.0.0.1:{self.ports['grpc_management']}"
+
+    def start(self, healthy: bool = True) -> ServerProcess:
+        """Start and wait until `/ping` says Healthy (with `healthy=False`: until it answers at all). A restart
+        gets new ports."""
+        self.ports_file.unlink(missing_ok=True)
+        self.ports = {}
         cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--model-store", str(self.store),
                "--ts-config", str(self.workdir / "config.properties"), *self.flags]  # fmt: skip
         env = dict(os.environ, TMPDIR=str(self.workdir))
-        start_of_log = len(self.log(tail=1 << 30))
         with open(self.workdir / "server.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = self.log(tail=1 << 30)
-                taken = ("address already in use", "cannot listen for grpc")
-                error = PortTaken if any(t in log[start_of_log:].lower() for t in taken) else RuntimeError
-                raise error(f"serve exited with {self.proc.returncode}:\n{log[-4000:]}")
+                raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log()}")
+            if not self.ports:
+                if self.ports_file.exists():  # written whole (renamed into place) once every listener is bound
+                    self.ports = json.loads(self.ports_file.read_text())
+                else:
+                    time.sleep(0.05)
+                    continue
             try:
                 if httpx.get(self.inference + "/ping", timeout=2).status_code == 200 or not healthy:
                     return self  # ready: the startup models have loaded

@@ -28,7 +28,7 @@ from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
 from serve.frontends.grpc.generated import management_pb2 as mpb
 from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
-from tests.integration.server import UPPER, ServerProcess, free_port, lin_archive, recorder_archive
+from tests.integration.server import UPPER, ServerProcess, lin_archive, recorder_archive
 
 TIMEOUT = 30  # seconds per rpc
 
@@ -62,8 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     store.mkdir()
     _archives(base, store)
     flags = ("--ncs", "--enable-model-api", "--models", "lin=lin.mar,chunks=chunks.mar,upper=upper.mar")
-    proc = ServerProcess(base / "run", store, *flags, grpc_inference_port=free_port(),
-                         grpc_management_port=free_port()).start()  # fmt: skip
+    proc = ServerProcess(base / "run", store, *flags).start()
     try:
         deadline = time.monotonic() + 60
         while httpx.get(proc.inference + "/ping", timeout=5).status_code != 200:
@@ -75,8 +74,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _port(server: ServerProcess, kind: str) -> int:
-    config = (server.workdir / "config.properties").read_text()
-    return int(config.split(f"grpc_{kind}_port=")[1].split()[0])
+    return server.ports[f"grpc_{kind}"]
 
 
 def _channel(server: ServerProcess, kind: str) -> grpc.Channel:

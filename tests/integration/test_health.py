@@ -45,8 +45,7 @@ def _wait_for_log(server: ServerProcess, text: str) -> None:
 
 
 def _grpc_health(server: ServerProcess) -> int:
-    properties = dict(line.split("=", 1) for line in (server.workdir / "config.properties").read_text().splitlines())
-    with grpc.insecure_channel(f"127.0.0.1:{properties['grpc_inference_port']}") as channel:
+    with grpc.insecure_channel(server.grpc_inference) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT)
     return int(reply.status)
 

@@ -28,7 +28,7 @@ import pytest
 from serve.archive import package
 from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
-from tests.integration.server import ServerProcess, free_port, lin_archive
+from tests.integration.server import ServerProcess, lin_archive
 
 TIMEOUT = 30
 BATCH = 8
@@ -82,7 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     package("echo", "1.0", f"{handler}:handle", export_path=store, progress=False)
     lin_archive(base / "lin", store)
     flags = ("--ncs", "--disable-token-auth", "--enable-model-api", "--models", "lin=lin.mar")
-    proc = ServerProcess(base / "run", store, *flags, grpc_inference_port=free_port()).start()
+    proc = ServerProcess(base / "run", store, *flags).start()
     register = f"url=echo.mar&batch_size={BATCH}&max_batch_delay=2000&initial_workers=1&synchronous=true"
     assert httpx.post(f"{proc.management}/models?{register}", timeout=60).status_code == 200
     proc.batches = base / "batches.log"  # type: ignore[attr-defined]
@@ -139,7 +139,7 @@ def test_v2_and_v1_bodies_python_cannot_hold_are_400(server: ServerProcess, body
 
 @pytest.mark.parametrize("data", [DEEP, HUGE_INT])
 def test_grpc_predictions_with_a_hostile_body_is_invalid_argument(server: ServerProcess, data: bytes) -> None:
-    with grpc.insecure_channel(f"127.0.0.1:{server.properties['grpc_inference_port']}") as channel:
+    with grpc.insecure_channel(server.grpc_inference) as channel:
         stub = ipb_grpc.InferenceAPIsServiceStub(channel)
         with pytest.raises(grpc.RpcError) as info:
             stub.Predictions(ipb.PredictionsRequest(model_name="lin", input={"data": data}), timeout=TIMEOUT)

@@ -63,8 +63,7 @@ def test_worker_caps_refuse_before_forking_and_the_server_stays_healthy(tmp_path
         _bad_request(total, "would bring the workers of all models to 4, over max_workers 3 (config key max_workers)")
         assert httpx.get(management + "/models/e2", timeout=TIMEOUT).status_code == 404
 
-        port = int((server.workdir / "config.properties").read_text().split("grpc_management_port=")[1].split()[0])
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(server.grpc_management) as channel:
             stub = mpb_grpc.ManagementAPIsServiceStub(channel)
             for count in (100000, -1):
                 with pytest.raises(grpc.RpcError) as e:
