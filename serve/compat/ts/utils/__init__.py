@@ -1,0 +1,1 @@
+"""`ts.utils`: TorchServe's handler utilities (`ts.utils.util`)."""
