@@ -12,6 +12,7 @@ from serve import tensor as _tensor_pkg  # binds Tensor's methods first
 from serve.backend import device
 from serve.backend.cpu_threads import get_num_threads, set_num_threads
 from serve.tensor import return_types
+from serve.tensor.composite_ops import diff, meshgrid
 from serve.tensor.creation import (
     arange,
     as_tensor,
@@ -165,6 +166,7 @@ from serve.tensor.reduce_ops import (
     var,
     var_mean,
 )
+from serve.tensor.sampling import multinomial
 from serve.tensor.shape_ops import (
     broadcast_tensors,
     broadcast_to,

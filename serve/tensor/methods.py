@@ -8,7 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from serve.tensor import creation, dtypes, indexing, inplace, linalg, math_ops, random, reduce_ops, shape_ops, sorting
+from serve.tensor import (
+    composite_ops,
+    creation,
+    dtypes,
+    indexing,
+    inplace,
+    linalg,
+    math_ops,
+    random,
+    reduce_ops,
+    sampling,
+    shape_ops,
+    sorting,
+)
 from serve.tensor.tensor import Tensor
 
 _METHODS: dict[Any, tuple[str, ...]] = {
@@ -35,6 +48,8 @@ _METHODS: dict[Any, tuple[str, ...]] = {
     sorting: ("sort", "argsort", "topk", "kthvalue", "msort"),
     creation: ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"),
     random: ("uniform_", "normal_", "random_", "bernoulli_", "exponential_", "bernoulli"),
+    composite_ops: ("diff",),
+    sampling: ("multinomial",),
     inplace: ("copy_", "fill_", "zero_"),
 }  # fmt: skip
 

@@ -1,0 +1,182 @@
+"""The thin `torch` names (serve.compat.torch) on the `torch` alias, each checked against PyTorch's behaviour where
+torch is installed (same result, same exception type) and against its documented contract otherwise."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import serve
+from serve.compat.torch import hub, jit
+from serve.compat.torch.utils import data
+from serve.worker.torch_compat import torch_compat
+from tests.helpers import needs_torch, torch
+
+
+def alias():
+    with torch_compat():
+        import torch as t
+    return t
+
+
+def test_the_names_are_on_the_torch_alias():
+    t = alias()
+    assert t._C._log_api_usage_once("torchvision.models.resnet") is None
+    assert t.jit.is_scripting() is False and t.jit.is_tracing() is False
+    assert t.fx.wrap("len") == "len" and t.utils.checkpoint.checkpoint(lambda a, b: a + b, 1, 2) == 3
+    assert t.hub.get_dir().endswith("hub") and t.utils.data.DataLoader is data.DataLoader
+
+
+@needs_torch
+@pytest.mark.parametrize("condition", [True, False, 1, 0])
+def test_assert_matches_torch(condition):
+    outcomes = []
+    for fn in (torch._assert, alias()._assert):
+        try:
+            fn(condition, "bad shape")
+            outcomes.append(None)
+        except AssertionError as e:
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1] and outcomes[0] == (None if condition else "bad shape")
+
+
+def test_assert_on_a_tensor_condition():
+    alias()._assert(serve.tensor(True), "never")
+    with pytest.raises(AssertionError, match="x must be positive"):
+        alias()._assert(serve.tensor(-1.0) > 0, "x must be positive")
+
+
+def test_jit_decorators_keep_the_function():
+    def f(x):
+        return x + 1
+
+    assert jit.unused(f) is f and jit.export(f) is f and jit.ignore(f) is f and jit.ignore(drop=True)(f) is f
+
+
+def test_jit_script_and_trace_return_the_module_and_warn_once(monkeypatch):
+    monkeypatch.setattr(jit, "_warned", [])
+    model = serve.nn.Linear(2, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert jit.script(model) is model and jit.trace(model, serve.ones(1, 2)) is model
+    assert len(caught) == 1 and "runs eagerly" in str(caught[0].message)
+
+
+def test_jit_load_and_fx_trace_refuse_clearly():
+    with pytest.raises(NotImplementedError, match=r"TorchScript models are not supported.*state_dict"):
+        jit.load("model.pt")
+    with pytest.raises(NotImplementedError, match=r"symbolic_trace is not available.*register_forward_hook"):
+        alias().fx.symbolic_trace(serve.nn.Linear(1, 1))
+
+
+def test_fx_wrap_as_decorator():
+    t = alias()
+
+    @t.fx.wrap
+    def g(x):
+        return 2 * x
+
+    assert g(3) == 6
+
+
+def test_checkpoint_runs_the_function_with_gradients():
+    from serve.compat.torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    x = serve.tensor([1.0, 2.0], requires_grad=True)
+    y = checkpoint(lambda a: (a * a).sum(), x, use_reentrant=False, preserve_rng_state=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0])
+    seq = serve.nn.Sequential(serve.nn.ReLU(), serve.nn.Identity())
+    assert checkpoint_sequential(seq, 2, serve.tensor([-1.0, 1.0])).tolist() == [0.0, 1.0]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("n", "batch_size", "drop_last"), [(10, 3, False), (10, 3, True), (4, 4, False), (5, None, False)]
+)
+def test_dataloader_batches_like_torch(n, batch_size, drop_last):
+    xs = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    ys = np.arange(n)
+    ours = data.DataLoader(data.TensorDataset(serve.from_numpy(xs), serve.from_numpy(ys)), batch_size=batch_size,
+                           drop_last=drop_last)  # fmt: skip
+    theirs = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.from_numpy(xs), torch.from_numpy(ys)),
+                                         batch_size=batch_size, drop_last=drop_last)  # fmt: skip
+    assert len(ours) == len(theirs)
+    got, want = list(ours), list(theirs)
+    assert len(got) == len(want)
+    for (ox, oy), (tx, ty) in zip(got, want, strict=True):
+        np.testing.assert_array_equal(ox.numpy(), tx.numpy())
+        np.testing.assert_array_equal(oy.numpy(), ty.numpy())
+
+
+@needs_torch
+def test_dataloader_collates_dicts_numbers_and_custom_datasets_like_torch():
+    class Items(data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": serve.ones(2) * i, "label": i, "name": f"n{i}"}
+
+    class TorchItems(torch.utils.data.Dataset):
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            return {"x": torch.ones(2) * i, "label": i, "name": f"n{i}"}
+
+    for ours, theirs in zip(data.DataLoader(Items(), batch_size=2), torch.utils.data.DataLoader(TorchItems(), 2)):
+        np.testing.assert_array_equal(ours["x"].numpy(), theirs["x"].numpy())
+        assert ours["label"].tolist() == theirs["label"].tolist() and ours["name"] == theirs["name"]
+
+
+def test_dataloader_shuffle_is_a_seeded_permutation_and_workers_are_refused():
+    ds = data.TensorDataset(serve.arange(10))
+    serve.manual_seed(0)
+    first = [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, shuffle=True)]
+    serve.manual_seed(0)
+    assert first == [b[0].tolist() for b in data.DataLoader(ds, batch_size=4, shuffle=True)]
+    assert sorted(i for batch in first for i in batch) == list(range(10))
+    with pytest.raises(ValueError, match="num_workers"):
+        data.DataLoader(ds, num_workers=2)
+    with pytest.raises(ValueError, match="same first dimension"):
+        data.TensorDataset(serve.ones(2), serve.ones(3))
+
+
+def test_hub_reads_only_the_local_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    monkeypatch.setattr(hub, "_override", [])
+    assert hub.get_dir() == str(tmp_path / "th" / "hub")
+    url = "https://download.pytorch.org/models/resnet18-f37072fd.pth"
+    expected = tmp_path / "th" / "hub" / "checkpoints" / "resnet18-f37072fd.pth"
+    with pytest.raises(FileNotFoundError, match=f"never downloads; put the file at {expected}"):
+        hub.load_state_dict_from_url(url)
+    expected.parent.mkdir(parents=True)
+    serve.save({"w": serve.ones(2)}, expected)
+    assert hub.load_state_dict_from_url(url, map_location="cpu", progress=False)["w"].tolist() == [1.0, 1.0]
+    serve.save({"w": serve.zeros(1)}, tmp_path / "mine.pt")
+    got = hub.load_state_dict_from_url(url, model_dir=str(tmp_path), file_name="mine.pt")
+    assert got["w"].tolist() == [0.0]
+    with pytest.raises(ValueError, match="check_hash"):
+        hub.load_state_dict_from_url(url, check_hash=True)
+    with pytest.raises(NotImplementedError, match="never downloads"):
+        hub.download_url_to_file(url, "x.pth")
+
+
+def test_hub_default_dir_follows_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCH_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(hub, "_override", [])
+    assert hub.get_dir() == str(tmp_path / "torch" / "hub")
+    hub.set_dir(tmp_path / "elsewhere")
+    assert hub.get_dir() == str(tmp_path / "elsewhere")
+
+
+@needs_torch
+def test_hub_dir_matches_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(hub, "_override", [])
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    assert hub.get_dir() == torch.hub.get_dir()
