@@ -7,7 +7,8 @@ messages), and notices when the process exits, whenever that happens.
 
 The worker runs with the model directory as its working directory (as in TorchServe) and serve's source root
 first on PYTHONPATH, in its own session, so a Ctrl-C at the server's terminal reaches only the server, which
-then stops its workers in order. The ready handshake carries the optimizer's report (whether the model runs
+then stops its workers in order. It is started without fork() (spawn.py: a fork in the server would disturb
+the live gRPC servers). The ready handshake carries the optimizer's report (whether the model runs
 optimized, why not, the batch sizes warmed up), kept as `optimization` for describe. BLAS thread counts are
 left at their defaults unless the model-config sets `torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key),
 which sets OMP/OpenBLAS/MKL threads to n.
@@ -30,6 +31,7 @@ from typing import Any
 
 import serve
 from serve.errors import ModelLoadError, WorkerError
+from serve.management.spawn import SpawnedProcess, spawn
 from serve.worker.protocol import Message, ProtocolError, encode, read_message
 
 model_log = logging.getLogger("MODEL_LOG")
@@ -65,7 +67,7 @@ class WorkerProcess:
         self.pid: int | None = None
         self.start_time = time.time()
         self.exited = asyncio.Event()
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: SpawnedProcess | None = None
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._tasks: list[asyncio.Task[Any]] = []
         self._on_exit: list[Callable[[], None]] = []
@@ -87,11 +89,12 @@ class WorkerProcess:
     async def start(self) -> None:
         """Start the process and wait for its handshake; ModelLoadError with the handler's error otherwise."""
         spec = self.spec
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "serve.worker.process", *self._arguments(),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=str(spec.model_dir), env=self._environment(), start_new_session=True, limit=STREAM_BUFFER,
-        )  # fmt: skip
+        self._proc = await spawn(
+            [sys.executable, "-m", "serve.worker.process", *self._arguments()],
+            cwd=str(spec.model_dir),
+            env=self._environment(),
+            stream_limit=STREAM_BUFFER,
+        )
         self.pid, self.start_time = self._proc.pid, time.time()
         self._tasks = [asyncio.create_task(self._pump_stderr()), asyncio.create_task(self._watch_exit())]
         if self._kill_requested:  # stopped while the process was being created
@@ -133,7 +136,7 @@ class WorkerProcess:
     async def send(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         """Write one message; WorkerError when the process is gone."""
         stdin = self._proc.stdin if self._proc else None
-        if stdin is None or not self.alive:
+        if stdin is None or stdin.is_closing() or not self.alive:  # a closed pipe: the worker is gone
             raise WorkerError(self.death_message("before the batch was sent"))
         try:
             stdin.write(encode(header, payloads))
