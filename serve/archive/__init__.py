@@ -18,6 +18,7 @@ from serve.archive.manifest import (
     build_manifest,
     check_model_name,
     parse_manifest,
+    shown,
 )
 from serve.archive.model_config import load_model_config, parse_model_config
 from serve.archive.packager import package

@@ -11,8 +11,10 @@ TorchServe ignores unknown keys, so such an archive still loads there.
 `archiverVersion` carries serve's version, since serve's archiver wrote the file (TorchServe only warns when the
 key is missing). Validation accepts what TorchServe's server accepts (unknown keys kept, a missing
 `modelVersion` is "1.0", a missing `runtime` is "python") and refuses wrong types with the offending key. We also
-refuse a model name outside TorchServe's regex and a version a URL path cannot hold ('/', '?', '#', '%', blanks),
-which TorchServe's server accepts and then cannot route.
+refuse a model name outside TorchServe's regex or over `MAX_NAME_LENGTH` (256) characters, and a version a URL
+path cannot hold ('/', '?', '#', '%', blanks), which TorchServe's server accepts and then cannot route.
+`shown(name)` is how a message may echo a name or version a client sent: whole when it is a valid name, else
+escaped and cut to 64 characters, so no error message carries a megabyte or a terminal escape of the client's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ MAR_INF = "MAR-INF"
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_PATH = f"{MAR_INF}/{MANIFEST_NAME}"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
+MAX_NAME_LENGTH = 256
+SHOWN_LENGTH = 64
 RUNTIMES = ("python", "python3", "LSP")
 PYTHON_RUNTIMES = ("python", "python3")
 # the --archive-format choices and the suffix each gives the output (no-archive: a directory)
@@ -54,13 +59,32 @@ _STRING_KEYS = FILE_KEYS + ("modelName", "handler", "description", "envelope", "
 _URL_UNSAFE = re.compile(r"[\s/\\?#%\x00-\x1f\x7f]")
 
 
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and len(name) <= MAX_NAME_LENGTH and _NAME.fullmatch(name) is not None
+
+
+def shown(value: object) -> str:
+    """`value` as an error message may echo it: a valid name whole, anything else escaped and at most 64
+    characters (with its length when cut)."""
+    if valid_name(value):
+        return str(value)
+    text = value if isinstance(value, str) else str(value)
+    cut = repr(text[:SHOWN_LENGTH])
+    return cut if len(text) <= SHOWN_LENGTH else f"{cut}... ({len(text)} characters)"
+
+
 def check_model_name(name: str) -> None:
-    """Refuse a model name that a URL path cannot hold (TorchServe's regex and wording)."""
-    if not re.match(NAME_PATTERN, name):
-        raise ArchiveError(
-            f"Model name {name!r} contains special characters.\n"
-            f"The allowed regular expression filter for model name is: {NAME_PATTERN}"
-        )
+    """Refuse a model name that a URL path cannot hold (TorchServe's regex and wording) or over 256 characters."""
+    if valid_name(name):
+        return
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        problem = f"is longer than {MAX_NAME_LENGTH} characters ({len(name)})"
+    else:
+        problem = "contains special characters"
+    raise ArchiveError(
+        f"Model name {shown(name)} {problem}.\nA model name is at most {MAX_NAME_LENGTH} characters; the allowed "
+        f"regular expression filter for model name is: {NAME_PATTERN}"
+    )
 
 
 def check_version(version: str) -> None:

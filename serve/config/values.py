@@ -220,6 +220,10 @@ def json_object(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+# a model name, as serve.archive.manifest checks it on register (the config layer sits below the archive layer)
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
+
+
 def models(key: str, value: Any) -> dict[str, Any]:
     """The `models` JSON: {name: {version: {defaultVersion, marName, minWorkers, ...}}}, types checked.
 
@@ -227,6 +231,10 @@ def models(key: str, value: Any) -> dict[str, Any]:
     """
     out = json_object(key, value)
     for name, versions in out.items():
+        if len(name) > 256 or not MODEL_NAME.fullmatch(name):
+            shown = repr(name[:64]) + ("" if len(name) <= 64 else f"... ({len(name)} characters)")
+            raise ConfigError(f"{key}: model name {shown} is not valid: expected at most 256 characters matching "
+                              f"{MODEL_NAME.pattern} (serve registers no model by another name)")  # fmt: skip
         if not isinstance(versions, dict):
             raise bad(key, versions, f"an object of versions for model {name!r}")
         for version, entry in versions.items():

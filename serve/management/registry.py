@@ -20,6 +20,7 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
 - A synchronous scale that ends with no READY worker (though one was asked for) is that 503, not a 200.
 - The list's nextPageToken is given only when another page exists (TorchServe also gives it when the page ended
   exactly at the last model, pointing at an empty page).
+- A name or version a client sent is echoed back (404s) only as `serve.archive.shown` bounds and escapes it.
 - Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
   `code` attribute, which the frontends' error table honours.
 Every change (register, unregister, scale, set-default) writes a config snapshot unless `ncs` is set.
@@ -36,7 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from serve.archive import check_model_name, open_archive
+from serve.archive import check_model_name, open_archive, shown
 from serve.batching import DESCRIBE, InferenceRequest, InferenceResponse, Job
 from serve.config import Settings
 from serve.errors import (
@@ -159,7 +160,7 @@ class ModelRegistry:
         versions = self._versions(name)
         version = self._defaults[name] if version is None else version
         if version not in versions:
-            raise ModelNotFound(f"Model version: {version} does not exist for model: {name}")
+            raise ModelNotFound(f"Model version: {shown(version)} does not exist for model: {name}")
         if version == self._defaults[name] and len(versions) > 1:
             raise _with_code(InvalidInput(f"Cannot remove default version for model {name}; set another default "
                                           "version first, or remove the other versions"), 403)  # fmt: skip
@@ -197,7 +198,7 @@ class ModelRegistry:
     def set_default(self, name: str, version: str) -> str:
         versions = self._versions(name)
         if version not in versions:
-            raise ModelNotFound(f"Model version {version} does not exist for model {name}")
+            raise ModelNotFound(f"Model version {shown(version)} does not exist for model {name}")
         self._defaults[name] = version
         self._save()
         return f'Default version successfully updated for model "{name}" to "{version}"'
@@ -285,14 +286,14 @@ class ModelRegistry:
     def _versions(self, name: str) -> dict[str, ModelVersion]:
         versions = self._models.get(name)
         if not versions:
-            raise ModelNotFound(f"Model not found: {name}")
+            raise ModelNotFound(f"Model not found: {shown(name)}")
         return versions
 
     def _version(self, name: str, version: str | None) -> ModelVersion:
         versions = self._versions(name)
         mv = versions.get(self._defaults[name] if version is None else version)
         if mv is None:
-            raise ModelNotFound(f"Model version: {version} does not exist for model: {name}")
+            raise ModelNotFound(f"Model version: {shown(version)} does not exist for model: {name}")
         return mv
 
     async def _add(self, url: str, model_name: str | None, handler: str | None, runtime: str | None,

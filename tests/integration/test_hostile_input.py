@@ -8,6 +8,8 @@ only that request, on every JSON entry point, and every JSON answer is standard 
 - The tensor handler: a shape contradicting the model-config's, or a .npy header claiming more than its bytes: 400.
 - A handler that raises a plain exception: TorchServe's 503 "Prediction failed" with the exception's text.
 - A handler answering NaN and Infinity: `null` in the body, which a strict parser accepts.
+- Model names (item 3): over 256 characters or outside [A-Za-z0-9_.-] is 400 / INVALID_ARGUMENT on REST and gRPC
+  register; no 404 or gRPC status echoes more than a bounded, escaped form of a name it was sent.
 The server answers /ping and valid requests throughout.
 """
 
@@ -28,6 +30,8 @@ import pytest
 from serve.archive import package
 from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
+from serve.frontends.grpc.generated import management_pb2 as mpb
+from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
 from tests.integration.server import ServerProcess, lin_archive
 
 TIMEOUT = 30
@@ -185,3 +189,55 @@ def test_a_register_body_python_cannot_hold_is_400(server: ServerProcess, body: 
     assert answer.status_code == 400, answer.text
     assert answer.json()["message"].startswith("the request body is not valid JSON")
     _healthy(server)
+
+
+LONG_NAME = "m" * 257
+ESCAPE_NAME = "evil\x1b[31m\nname"
+HUGE_PATH_NAME = "x" * 10_000
+
+
+@pytest.mark.parametrize(("name", "says"), [(LONG_NAME, "longer than 256 characters (257)"),
+                                            (ESCAPE_NAME, "contains special characters")])  # fmt: skip
+def test_a_model_name_outside_the_rule_is_refused_and_echoed_bounded(server: ServerProcess, name: str,
+                                                                     says: str) -> None:  # fmt: skip
+    answer = httpx.post(server.management + "/models", params={"url": "echo.mar", "model_name": name},
+                        timeout=TIMEOUT)  # fmt: skip
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["message"]
+    assert says in message and "at most 256 characters" in message
+    assert len(message) < 400 and "\x1b" not in message and name not in message
+    assert httpx.post(server.management + "/models", params={"url": "echo.mar", "model_name": "m" * 256,
+                      "initial_workers": 0}, timeout=TIMEOUT).status_code == 200  # fmt: skip
+    assert httpx.delete(server.management + "/models/" + "m" * 256, timeout=TIMEOUT).status_code == 200
+    _healthy(server)
+
+
+def test_a_404_never_echoes_more_than_a_bounded_escaped_name(server: ServerProcess) -> None:
+    for url in (f"{server.management}/models/{HUGE_PATH_NAME}", f"{server.inference}/predictions/{HUGE_PATH_NAME}",
+                f"{server.management}/models/evil%1B%5B31m"):  # fmt: skip
+        answer = httpx.get(url, timeout=TIMEOUT) if "/models/" in url else httpx.post(url, timeout=TIMEOUT)
+        assert answer.status_code == 404, answer.text
+        message = answer.json()["message"]
+        assert message.startswith("Model not found: ") and len(message) < 200 and "\x1b" not in message
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            ipb_grpc.InferenceAPIsServiceStub(channel).Predictions(
+                ipb.PredictionsRequest(model_name=HUGE_PATH_NAME, input={"data": b"1"}), timeout=TIMEOUT
+            )
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(info.value.details() or "") < 200 and "(10000 characters)" in (info.value.details() or "")
+
+
+@pytest.mark.parametrize("name", [LONG_NAME, ESCAPE_NAME])
+def test_grpc_register_and_describe_refuse_a_bad_name_bounded(server: ServerProcess, name: str) -> None:
+    with grpc.insecure_channel(server.grpc_management) as channel:
+        stub = mpb_grpc.ManagementAPIsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RegisterModel(mpb.RegisterModelRequest(url="echo.mar", model_name=name), timeout=TIMEOUT)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = info.value.details() or ""
+        assert "at most 256 characters" in details and len(details) < 400 and "\x1b" not in details
+        with pytest.raises(grpc.RpcError) as info:
+            stub.DescribeModel(mpb.DescribeModelRequest(model_name=HUGE_PATH_NAME), timeout=TIMEOUT)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(info.value.details() or "") < 200
