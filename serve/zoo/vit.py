@@ -2,7 +2,8 @@
 
 Keys follow torchvision: `conv_proj`, `class_token`, `encoder.pos_embedding`, `encoder.layers.encoder_layer_0.ln_1`,
 `.self_attention` (an `nn.MultiheadAttention`: `in_proj_weight`, `out_proj`), `.ln_2`, `.mlp.0`, `.mlp.3`,
-`encoder.ln`, `heads.head`. A small one for tests: `VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=10)`.
+`encoder.ln`, `heads.head`. vit_b_16/b_32/l_16/l_32/h_14 (`image_size=` as torchvision's).
+A small one for tests: `VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=10)`.
 """
 
 from __future__ import annotations
@@ -158,8 +159,32 @@ class VisionTransformer(nn.Module):
         return self.heads(x[:, 0])
 
 
+def _vit(patch_size: int, num_layers: int, num_heads: int, hidden_dim: int, mlp_dim: int,
+         kwargs: dict[str, Any]) -> VisionTransformer:  # fmt: skip
+    image_size = kwargs.pop("image_size", 224)
+    return VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, **kwargs)
+
+
 def vit_b_16(**kwargs: Any) -> VisionTransformer:
     """ViT-B/16 with torchvision's configuration (`vit_b_16(weights=None)`): 224px, patch 16, 12 x 768, 12 heads."""
-    return VisionTransformer(
-        image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768, mlp_dim=3072, **kwargs
-    )
+    return _vit(16, 12, 12, 768, 3072, kwargs)
+
+
+def vit_b_32(**kwargs: Any) -> VisionTransformer:
+    """ViT-B/32: patch 32, 12 layers x 768, 12 heads, MLP 3072."""
+    return _vit(32, 12, 12, 768, 3072, kwargs)
+
+
+def vit_l_16(**kwargs: Any) -> VisionTransformer:
+    """ViT-L/16: patch 16, 24 layers x 1024, 16 heads, MLP 4096."""
+    return _vit(16, 24, 16, 1024, 4096, kwargs)
+
+
+def vit_l_32(**kwargs: Any) -> VisionTransformer:
+    """ViT-L/32: patch 32, 24 layers x 1024, 16 heads, MLP 4096."""
+    return _vit(32, 24, 16, 1024, 4096, kwargs)
+
+
+def vit_h_14(**kwargs: Any) -> VisionTransformer:
+    """ViT-H/14: patch 14, 32 layers x 1280, 16 heads, MLP 5120."""
+    return _vit(14, 32, 16, 1280, 5120, kwargs)
