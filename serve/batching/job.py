@@ -30,6 +30,7 @@ class InferenceRequest:
     headers: dict[str, str] = field(default_factory=dict)  # lower-cased names
     explain: bool = False
     decode: bool = False  # TorchServe's decode_input_request: JSON and text inputs reach the handler parsed
+    requested_version: str = ""  # the version the client named ("" = the default): the metrics' model_version
 
     def handler_inputs(self) -> dict[str, Any]:
         """The inputs as the handler receives them."""

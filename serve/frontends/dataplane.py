@@ -67,6 +67,7 @@ class DataPlane:
     async def predict(self, model: str, version: str | None, request: InferenceRequest) -> InferenceResponse:
         """Run one request through the model's queue; metrics are recorded once the answer is complete."""
         start = time.perf_counter()
+        request.requested_version = version or ""
         try:
             response = await self.registry.submit(model, version, request)
         except ModelNotFound:

@@ -302,8 +302,8 @@ class WorkerPool:
         """Run one batch; False when the worker was lost doing it (its jobs are answered with the error)."""
         name, version = self.spec.model_name, self.spec.version
         now = time.monotonic()
-        for job in batch:
-            self.metrics.queue_latency(name, version, now - job.enqueue_time)
+        for job in batch:  # labelled with the version the client named, "default" for none, as TorchServe does
+            self.metrics.queue_latency(name, job.request.requested_version, now - job.enqueue_time)
         self.metrics.batch(name, version, len(batch))
         self.metrics.queue_depth(name, version, len(self.queue))
         slot.busy = True
