@@ -5,8 +5,9 @@ A worker sends its `MetricsCache` records as dicts (`name`, `value`, `unit`, `me
 `Hostname`, as TorchServe's backend metrics carry (`HandlerTime{ModelName="m",Level="Model",Hostname="h"}`).
 
 Decisions:
-- A counter keeps its name (no `_total`), like TorchServe's Java client, so it is exposed as a gauge that only
-  grows; a gauge is set to the last value; a histogram observes each value.
+- A counter keeps its name (no `_total`), like TorchServe's Java client, so it is held as a gauge that only
+  grows and typed `counter` on the page (`counters()`, text_format.py); a gauge is set to the last value; a
+  histogram observes each value.
 - Names and label names are made Prometheus-safe (`my-metric` -> `my_metric`).
 - A record that does not fit the family already registered under its name (another type or other dimensions) is
   dropped with one warning per name: Prometheus needs one label set per family, and a handler bug must not break
@@ -52,6 +53,10 @@ class BackendMetrics:
     def adopt(self, name: str, kind: str, labelnames: Sequence[str], family: Gauge | Histogram) -> None:
         """Route records named `name` to a family the server defines itself (HandlerTime)."""
         self._families[name] = (kind, tuple(labelnames), family)
+
+    def counters(self) -> set[str]:
+        """The names of the families that hold handler counters (gauges that only grow)."""
+        return {name for name, (kind, _, _) in self._families.items() if kind == "counter"}
 
     def record(self, records: Sequence[Mapping[str, Any]]) -> None:
         for rec in records:

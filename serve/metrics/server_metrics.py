@@ -23,8 +23,9 @@ Ours in addition (TorchServe has none of these; pain point 15 asks for them):
 
 Decisions:
 - TorchServe's counters whose names lack `_total` (Requests2XX, the two `*_microseconds`) keep their exact sample
-  names, so existing dashboards and queries work; prometheus-client would append `_total` to a Counter, so they
-  are exposed as gauges that only grow (`rate()` works on them all the same).
+  names, so existing dashboards and queries work: prometheus-client would append `_total` to a Counter, so they
+  are held as gauges that only grow, and the page (text_format.py, TorchServe's simpleclient 0.9.0 text) types
+  them `counter`, with no `_created` series and TorchServe's `{Level="Host",Hostname="h",}` label sets.
 - `model_version` is "default" when the request named no version, as in TorchServe.
 """
 
@@ -35,9 +36,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
+from serve.metrics import text_format
 from serve.metrics.backend_metrics import BackendMetrics
 from serve.metrics.gpu_metrics import GpuCollector
 
@@ -45,6 +46,9 @@ MODEL_LABELS = ("model_name", "model_version", "hostname")
 HOST_LABELS = ("Level", "Hostname")
 # metrics_mode=legacy serves only these (TorchServe's three ts_* counters)
 LEGACY_NAMES = ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds")
+# gauges that only grow: typed `counter` on the page (see Decisions)
+COUNTER_GAUGES = frozenset({"Requests2XX", "Requests4XX", "Requests5XX", "ts_inference_latency_microseconds",
+                            "ts_queue_latency_microseconds"})  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -154,14 +158,15 @@ class ServerMetrics:
         self._backend.record(records)
 
     def render(self, names: Iterable[str] | None = None) -> tuple[bytes, str]:
-        """The Prometheus text page (format 0.0.4, as TorchServe serves) and its content type.
+        """The Prometheus text page (format 0.0.4 as TorchServe writes it: text_format.py) and its content type.
 
         `names` keeps only the families with those names, or with a sample of that name
         (`ts_inference_requests_total`, `ts_batch_size_bucket`), like TorchServe's `?name[]=` filter.
         With GPUs watched this runs nvidia-smi (at most every few seconds): call it off the event loop.
         """
         source: Collector = self.registry if names is None else _Filtered(self.registry, set(names))
-        return generate_latest(source), CONTENT_TYPE_PLAIN_0_0_4
+        counters = COUNTER_GAUGES | self._backend.counters()
+        return text_format.render(source.collect(), counters), text_format.CONTENT_TYPE
 
 
 class _Filtered(Collector):

@@ -146,7 +146,7 @@ def test_metrics_have_the_gpu_gauges(servers):
         pytest.skip(f"nvidia-smi reports no memory use for CUDA device 0 ({visible}, {usage})")
     page = httpx.get(servers["gpu"].metrics + "/metrics", timeout=30).text
     for name in ("GPUMemoryUtilization", "GPUMemoryUsed"):
-        match = re.search(rf'^{name}\{{DeviceId="0",Hostname="[^"]+",Level="Host"\}} (\S+)$', page, re.M)
+        match = re.search(rf'^{name}\{{Level="Host",DeviceId="0",Hostname="[^"]+",\}} (\S+)$', page, re.M)
         assert match and float(match.group(1)) > 0, name  # the workers' CUDA contexts use memory
     cpu_page = httpx.get(servers["cpu"].metrics + "/metrics", timeout=30).text
     assert "GPUMemoryUsed" not in cpu_page

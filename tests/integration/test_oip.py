@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import time
@@ -294,3 +295,24 @@ def test_health_calls_are_open_and_the_scheme_case_insensitive(guarded: ServerPr
         assert r.status_code == 200, r.text
     r = httpx.post(f"{guarded.inference}/predictions/lin", content=row, timeout=30)
     assert r.status_code == 401
+
+
+def test_metrics_text_matches_torchserves_regexes(server: ServerProcess) -> None:
+    """TorchServe's own test_metrics.py patterns, on the live page after a prediction (each exactly once)."""
+    r = httpx.post(f"{server.inference}/predictions/lin", content=b"[1, 2, 3, 4]", timeout=30,
+                   headers={"Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 200
+    page = httpx.get(f"{server.metrics}/metrics", timeout=30).text
+    labels = r'model_name="lin",model_version="default",hostname=".+",'
+    patterns = [
+        r"TYPE Requests2XX counter", r'Requests2XX\{Level="Host",Hostname=".+",\} \d+\.\d+',
+        r"TYPE ts_inference_requests_total counter", rf"ts_inference_requests_total\{{{labels}\}} \d+\.\d+",
+        r"TYPE ts_inference_latency_microseconds counter",
+        rf"ts_inference_latency_microseconds\{{{labels}\}} \d+\.\d+",
+        r"TYPE ts_queue_latency_microseconds counter", rf"ts_queue_latency_microseconds\{{{labels}\}} \d+\.\d+",
+        r"TYPE QueueTime gauge", r'QueueTime\{Level="Host",Hostname=".+",\} \d+\.\d+',
+        r"TYPE HandlerTime gauge", r'HandlerTime\{ModelName="lin",Level="Model",Hostname=".+",\} \d+\.\d+',
+    ]  # fmt: skip
+    for pattern in patterns:
+        assert len(re.findall(pattern, page)) == 1, f"{pattern} in\n{page}"
+    assert "_created" not in page

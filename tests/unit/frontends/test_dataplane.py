@@ -60,8 +60,8 @@ def test_predict_records_metrics_except_for_unknown_models():
         _run(plane.predict("mnist", "2.0", InferenceRequest("r3", {"body": b""})))
     page = metrics.render()[0].decode()
     assert 'model_name="ghost"' not in page
-    assert 'ts_inference_errors_total{code="503",hostname="h",model_name="mnist",model_version="2.0"} 1.0' in page
-    assert 'ts_inference_requests_total{hostname="h",model_name="mnist",model_version="default"} 1.0' in page
+    assert 'ts_inference_errors_total{model_name="mnist",model_version="2.0",hostname="h",code="503",} 1.0' in page
+    assert 'ts_inference_requests_total{model_name="mnist",model_version="default",hostname="h",} 1.0' in page
 
 
 def test_explain_marks_the_request():

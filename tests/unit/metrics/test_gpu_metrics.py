@@ -48,7 +48,7 @@ def test_gauges_have_torchserves_names_units_and_labels(fake_on_path):
     assert "# HELP GPUMemoryUtilization Torchserve prometheus gauge metric with unit: Percent" in page
     assert "# HELP GPUMemoryUsed Torchserve prometheus gauge metric with unit: Megabytes" in page
     assert "# TYPE GPUMemoryUsed gauge" in page
-    assert 'GPUMemoryUsed{DeviceId="1",Hostname="h",Level="Host"} 20480.0' in page
+    assert 'GPUMemoryUsed{Level="Host",DeviceId="1",Hostname="h",} 20480.0' in page
     assert samples(page, "GPUMemoryUsed") == {"0": 1024.0, "1": 20480.0}
     assert samples(page, "GPUUtilization") == {"1": 37.0}  # device 0's GPU reports [N/A] (MIG)
     assert samples(page, "GPUMemoryUtilization") == {"0": round(100 * 1024 / 81559, 2),
@@ -102,7 +102,7 @@ def test_a_real_server_reports_the_fake_gpus_and_assigns_them(tmp_path, fake_on_
         page = httpx.get(server.metrics + "/metrics", timeout=30).text
         assert samples(page, "GPUMemoryUsed") == {"0": 20480.0, "1": 1024.0}
         assert samples(page, "GPUUtilization") == {"0": 37.0}
-        assert re.search(r'^GPUMemoryUsed\{DeviceId="0",Hostname="[^"]+",Level="Host"\} 20480.0$', page, re.M)
+        assert re.search(r'^GPUMemoryUsed\{Level="Host",DeviceId="0",Hostname="[^"]+",\} 20480.0$', page, re.M)
         d = httpx.get(server.management + "/models/rec", timeout=30).json()[0]
         assert (d["deviceType"], d["deviceIds"]) == ("gpu", [0, 1])
         assert [w["gpuUsage"] for w in d["workers"]] == ["gpuId::0"]

@@ -8,11 +8,11 @@ import re
 from serve.metrics import ServerMetrics
 from serve.worker import MetricsCache
 
-MODEL = 'hostname="h",model_name="m",model_version="1.0"'
+MODEL = 'model_name="m",model_version="1.0",hostname="h",'  # TorchServe's order, its trailing comma
 
 
 def _bucket(le: str) -> str:
-    return f'hostname="h",le="{le}",model_name="m",model_version="1.0"'  # prometheus-client sorts labels
+    return f'{MODEL}le="{le}",'  # declared order, then le
 
 
 def _page(metrics: ServerMetrics, names=None) -> str:
@@ -35,8 +35,8 @@ def test_request_metrics_keep_torchserve_sample_names():
     page = _page(metrics)
     assert _value(page, f"ts_inference_requests_total{{{MODEL}}}") == 2.0
     assert abs(_value(page, f"ts_inference_latency_microseconds{{{MODEL}}}") - 3000.0) < 1e-6
-    assert _value(page, 'ts_inference_requests_total{hostname="h",model_name="m",model_version="default"}') == 1.0
-    assert _value(page, f'ts_inference_errors_total{{code="503",{MODEL}}}') == 1.0
+    assert _value(page, 'ts_inference_requests_total{model_name="m",model_version="default",hostname="h",}') == 1.0
+    assert _value(page, f'ts_inference_errors_total{{{MODEL}code="503",}}') == 1.0
     assert _value(page, f"ts_inference_latency_seconds_bucket{{{_bucket('0.001')}}}") == 1.0
     assert _value(page, f"ts_inference_latency_seconds_count{{{MODEL}}}") == 2.0
 
@@ -51,13 +51,13 @@ def test_queue_handler_batch_and_worker_metrics():
     metrics.workers("m", "1.0", live=1, total=2)
     page = _page(metrics)
     assert abs(_value(page, f"ts_queue_latency_microseconds{{{MODEL}}}") - 4000.0) < 1e-6
-    assert _value(page, 'QueueTime{Hostname="h",Level="Host"}') == 4.0
-    assert _value(page, 'HandlerTime{Hostname="h",Level="Model",ModelName="m"}') == 3.5
+    assert _value(page, 'QueueTime{Level="Host",Hostname="h",}') == 4.0
+    assert _value(page, 'HandlerTime{ModelName="m",Level="Model",Hostname="h",}') == 3.5
     assert _value(page, f"ts_batch_size_bucket{{{_bucket('4.0')}}}") == 1.0
     assert _value(page, f"ts_batch_size_sum{{{MODEL}}}") == 17.0
     assert _value(page, f"ts_queue_depth{{{MODEL}}}") == 7.0
-    assert _value(page, f'ts_model_workers{{{MODEL},state="live"}}') == 1.0
-    assert _value(page, f'ts_model_workers{{{MODEL},state="total"}}') == 2.0
+    assert _value(page, f'ts_model_workers{{{MODEL}state="live",}}') == 1.0
+    assert _value(page, f'ts_model_workers{{{MODEL}state="total",}}') == 2.0
     metrics.remove_model("m", "1.0")
     page = _page(metrics)
     assert "ts_queue_depth{" not in page and "ts_model_workers{" not in page
@@ -69,9 +69,9 @@ def test_http_response_classes():
     for status in (200, 202, 404, 401, 500, 503, 507):
         metrics.http_response(status)
     page = _page(metrics)
-    counts = [_value(page, f'Requests{c}XX{{Hostname="h",Level="Host"}}') for c in "245"]
+    counts = [_value(page, f'Requests{c}XX{{Level="Host",Hostname="h",}}') for c in "245"]
     assert counts == [2.0, 2.0, 3.0]
-    assert "# TYPE Requests2XX gauge" in page  # a TorchServe counter name without _total (see the module doc)
+    assert "# TYPE Requests2XX counter" in page  # a TorchServe counter name without _total (see the module doc)
 
 
 def test_handler_records_from_a_metrics_cache():
@@ -87,10 +87,10 @@ def test_handler_records_from_a_metrics_cache():
     metrics = ServerMetrics(hostname="h")
     metrics.backend_metrics("m", "1.0", records)
     page = _page(metrics)
-    assert _value(page, 'HandlerTime{Hostname="h",Level="Model",ModelName="m"}') == 2.5
-    assert _value(page, 'CacheHits{Cache="lru",Hostname="h",Level="Model",ModelName="m"}') == 3.0
-    assert _value(page, 'Tokens_count{Hostname="h",Level="Model",ModelName="m"}') == 1.0
-    assert _value(page, 'odd_name{Hostname="h",Level="Model",ModelName="m"}') == 3.0
+    assert _value(page, 'HandlerTime{ModelName="m",Level="Model",Hostname="h",}') == 2.5
+    assert _value(page, 'CacheHits{ModelName="m",Level="Model",Cache="lru",Hostname="h",}') == 3.0
+    assert _value(page, 'Tokens_count{ModelName="m",Level="Model",Hostname="h",}') == 1.0
+    assert _value(page, 'odd_name{ModelName="m",Level="Model",Hostname="h",}') == 3.0
     assert "# HELP CacheHits Torchserve prometheus counter metric with unit: Count" in page
 
 
@@ -102,7 +102,7 @@ def test_records_that_do_not_fit_are_dropped_with_one_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="serve.metrics.backend_metrics"):
         metrics.backend_metrics("m", "1", [good, other_labels, other_labels, clash, {**good, "value": "1"}])
     page = _page(metrics)
-    assert _value(page, 'Latency{Hostname="h",ModelName="m"}') == 1.0 and 'Other="x"' not in page
+    assert _value(page, 'Latency{ModelName="m",Hostname="h",}') == 1.0 and 'Other="x"' not in page
     assert len([r for r in caplog.records if "Latency" in r.getMessage()]) == 1
     assert any("ts_batch_size" in r.getMessage() for r in caplog.records)
 
