@@ -24,11 +24,14 @@ _override: list[str] = []
 
 def get_dir() -> str:
     """The hub cache directory: set_dir's, else $TORCH_HOME/hub (TORCH_HOME: $XDG_CACHE_HOME/torch, ~/.cache/torch)."""
-    if _override:
-        return _override[-1]
+    return _override[-1] if _override else os.path.join(_get_torch_home(), "hub")
+
+
+def _get_torch_home() -> str:
+    """$TORCH_HOME, else $XDG_CACHE_HOME/torch, else ~/.cache/torch (torch's private name; torchvision calls it)."""
     env = environment.current()
     cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(env.get("TORCH_HOME") or os.path.join(cache, "torch"), "hub")
+    return os.path.expanduser(env.get("TORCH_HOME") or os.path.join(cache, "torch"))
 
 
 def set_dir(d: str | os.PathLike[str]) -> None:

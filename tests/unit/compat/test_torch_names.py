@@ -179,4 +179,4 @@ def test_hub_dir_matches_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setattr(hub, "_override", [])
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
-    assert hub.get_dir() == torch.hub.get_dir()
+    assert hub.get_dir() == torch.hub.get_dir() and hub._get_torch_home() == torch.hub._get_torch_home()
