@@ -96,3 +96,29 @@ def test_a_missing_root_package_in_serve_compat_is_a_clear_error(monkeypatch):
     message = "torchvision is not available under serve's torch compatibility"
     with torch_compat(), pytest.raises(ImportError, match=message):
         import torchvision  # noqa: F401
+
+
+HANDLER = """
+import torch
+
+
+def handle(data, context):
+    return None if data is None else [torch.diff(torch.tensor([1.0, 4.0, 9.0])).tolist() for _ in data]
+"""
+
+
+@pytest.mark.parametrize(("setting", "works"), [(None, True), (True, True), (False, False)])
+def test_a_handler_importing_torch_gets_compat_by_default(tmp_path, monkeypatch, setting, works):
+    from serve.worker import Context, load_handler
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as on a server without torch: only compat can provide it
+    (tmp_path / "handler.py").write_text(HANDLER)
+    model = {"modelName": "m", "handler": "handler.py"}
+    if setting is not None:
+        model["torchCompat"] = setting
+    context = Context("m", str(tmp_path), {"model": model}, 1, None, "0.1.0")
+    if not works:
+        with pytest.raises(ImportError):
+            load_handler(context)
+        return
+    assert load_handler(context).handle([b"x"], context) == [[3.0, 5.0]]
