@@ -24,7 +24,9 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
 - Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
   `code` attribute, which the frontends' error table honours.
 Every change (register, unregister, scale, set-default) writes a config snapshot unless `ncs` is set.
-Every request for workers passes the caps of serve/management/limits.py before anything is forked.
+Every request for workers passes the caps of serve/management/limits.py before anything is forked; a `handler`
+given at registration must be a built-in or a file of the archive (400, not a load failure in every worker); an
+archive is extracted only within `max_extracted_bytes_total` (serve/management/admission.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from serve.archive import check_model_name, open_archive, shown
+from serve.archive import check_model_name, shown
 from serve.batching import DESCRIBE, InferenceRequest, InferenceResponse, Job
 from serve.config import Settings
 from serve.errors import (
@@ -49,6 +51,7 @@ from serve.errors import (
     RequestTimeout,
     ServeError,
 )
+from serve.management.admission import ExtractionBudget, check_handler
 from serve.management.limits import check_worker_counts
 from serve.management.model_version import ModelVersion, check_params, resolve_config
 from serve.management.snapshot import write_snapshot
@@ -77,6 +80,7 @@ class ModelRegistry:
         self._lock = asyncio.Lock()
         self._closing = False
         self._starting = True  # until start() has loaded the startup models: /ping is not ready before that
+        self._budget = ExtractionBudget(settings.max_extracted_bytes_total)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -301,7 +305,7 @@ class ModelRegistry:
         """Open the archive and register its version (no workers yet); 409 when that version exists."""
         path, downloaded = await resolve_url(url, self.settings)
         try:
-            archive = await asyncio.to_thread(open_archive, path)
+            archive = await self._budget.open(path)
         except BaseException:
             if downloaded:
                 path.unlink(missing_ok=True)
@@ -309,6 +313,8 @@ class ModelRegistry:
         try:
             name = model_name or archive.model_name
             check_model_name(name)
+            if handler is not None:
+                check_handler(archive, handler)
             async with self._lock:
                 if archive.model_version in self._models.get(name, {}):
                     raise _with_code(InvalidInput(f"Model version {archive.model_version} is already registered for "
@@ -324,6 +330,7 @@ class ModelRegistry:
                 self._models.setdefault(name, {})[mv.version] = mv
                 self._defaults.setdefault(name, mv.version)
         except BaseException:
+            self._budget.release(archive)
             await asyncio.to_thread(_discard, archive, path if downloaded else None)
             raise
         return mv
@@ -337,6 +344,7 @@ class ModelRegistry:
             del self._defaults[name]
         self._save()
         drained = await mv.close(self.settings.unregister_model_timeout)
+        self._budget.release(mv.archive)
         self.metrics.remove_model(name, version)
         return drained
 

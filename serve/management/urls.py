@@ -6,6 +6,7 @@ Rules (TorchServe's, spec section 2.1, with its messages):
 - a plain name is a file or directory in `model_store`; sub-directories and `..` are refused;
 - an absolute path or `file://` URL is allowed when it lies inside `model_store`, or when the URL (a path is
   checked as `file://<path>`) fully matches one of the `allowed_urls` regexes, case-insensitively;
+- the store itself (`.`, its own path) or a directory that holds it is refused with 400: it is not a model;
 - an `http(s)://` URL must match `allowed_urls`; it is downloaded into `model_store/<basename>` (never over an
   existing file) and the registry deletes it again on unregister, as TorchServe does.
 Settings' default `allowed_urls` is empty, so out of the box only the model store can be registered from
@@ -48,7 +49,16 @@ async def resolve_url(url: str, settings: Settings) -> tuple[Path, bool]:
         path = _in_store(url, settings)
     if not path.exists():
         raise ModelNotFound(f"Model not found at: {url}")
+    _check_not_the_store(url, path, settings)
     return path, False
+
+
+def _check_not_the_store(url: str, path: Path, settings: Settings) -> None:
+    """The store itself (`url=.`, its own path) or a directory holding it is no model: 400, not a failed load."""
+    store = settings.model_store
+    if store is not None and store.resolve().is_relative_to(path.resolve()):
+        raise InvalidInput(f"url {url!r} is the model store itself or a directory that holds it, not a model; give "
+                           f"the name of a model archive or model directory inside {store}")  # fmt: skip
 
 
 def _in_store(url: str, settings: Settings) -> Path:
