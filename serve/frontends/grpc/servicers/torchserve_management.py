@@ -17,11 +17,11 @@ Deliberate differences from TorchServe:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from grpc.aio import ServicerContext as Context
 
+from serve.batching import json_values
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import management_pb2 as pb
 from serve.frontends.grpc.generated import management_pb2_grpc as pb_grpc
@@ -39,7 +39,8 @@ def _count(value: int) -> int | None:
 
 
 def _pretty(obj: Any) -> str:
-    return json.dumps(obj, indent=2)
+    """TorchServe's pretty JSON; NaN and Infinity as null, as the REST answers (standard JSON)."""
+    return json_values.dumps(obj, indent=2)
 
 
 class TorchServeManagementServicer(pb_grpc.ManagementAPIsServiceServicer):

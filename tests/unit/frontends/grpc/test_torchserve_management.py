@@ -139,3 +139,22 @@ def test_unregister_with_the_model_api_off(tmp_path: Path) -> None:
         assert "enable-model-api" in (err.value.details() or "")
 
     run(test, tmp_path)
+
+
+def test_describe_with_nan_and_infinity_answers_standard_json(tmp_path: Path) -> None:
+    """A handler's describe metadata holding NaN or Infinity: null, as REST answers (issue 17 item 7)."""
+
+    async def custom(name: str, version: str | None) -> list[dict]:
+        return [{"modelName": name, "customizedMetadata": {"score": float("nan"), "bounds": [float("-inf"), 1.5]}}]
+
+    async def test(env: Env) -> None:
+        env.registry.describe_custom = custom  # type: ignore[method-assign]
+        answer = await stub(env).DescribeModel(pb.DescribeModelRequest(model_name="mnist", customized=True))
+
+        def refuse(word: str) -> None:
+            raise ValueError(f"not standard JSON: {word}")
+
+        metadata = json.loads(answer.msg, parse_constant=refuse)[0]["customizedMetadata"]
+        assert metadata == {"score": None, "bounds": [None, 1.5]}
+
+    run(test, tmp_path)
