@@ -72,6 +72,10 @@ def foreground(settings: Settings, *, owns_pid_file: bool) -> int:
 
 def start_background(settings: Settings, start_args: list[str], wait_s: float) -> int:
     """Launch the server detached and wait until it answers /ping; 0 when it does."""
+    if parse_address(settings.inference_address)[1] == 0:
+        print("serve: inference_address has port 0 (any free port), which a background start cannot wait on; start "
+              "with --foreground and read the ports from ports_file", file=sys.stderr)  # fmt: skip
+        return 2
     path = pidfile.pid_file_path()
     log_file = settings.log_location / LOG_FILE_NAME
     holder = pidfile.claim(path, _record(os.getpid(), settings, log_file))

@@ -266,6 +266,13 @@ def test_background_start_gives_up_after_the_wait(monkeypatch: pytest.MonkeyPatc
     assert not pidfile.pid_file_path().exists()
 
 
+def test_background_start_refuses_port_0(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr(control, "child_command", lambda args: pytest.fail("nothing may be launched"))
+    Path("config.properties").write_text("inference_address=http://127.0.0.1:0\n")
+    assert main(["start"]) == 2
+    assert "port 0" in capsys.readouterr().err and not pidfile.pid_file_path().exists()
+
+
 # A stand-in serve whose /ping is 500 until `healthy_after` s, then 200; at `fail_after` s it logs serve/server.py's
 # "up but not healthy" line instead (a startup model whose handler crash-loops).
 UNHEALTHY_SERVER = """
