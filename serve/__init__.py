@@ -12,7 +12,7 @@ from serve import tensor as _tensor_pkg  # binds Tensor's methods first
 from serve.backend import device
 from serve.backend.cpu_threads import get_num_threads, set_num_threads
 from serve.tensor import return_types
-from serve.tensor.composite_ops import diff, meshgrid
+from serve.tensor.composite_ops import diff, log2, log10, meshgrid, tile
 from serve.tensor.creation import (
     arange,
     as_tensor,

@@ -1,15 +1,17 @@
-"""Ops composed from other ops, so autograd comes from theirs: `diff` and `meshgrid` (PyTorch's names and
-arguments; torchvision's model sources use both). No new primitive: each is a few views and one subtraction."""
+"""Ops composed from other ops, so autograd comes from theirs: `diff`, `meshgrid`, `tile`, `log2`, `log10`
+(PyTorch's names and arguments; torchvision's model sources use them). No new primitive: each is a few views
+and one subtraction, or a log and a scale."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from serve.tensor import dtypes
 from serve.tensor.creation import as_tensor
-from serve.tensor.math_ops import ne, sub
-from serve.tensor.shape_ops import cat, expand, narrow, reshape
+from serve.tensor.math_ops import log, mul, ne, sub
+from serve.tensor.shape_ops import cat, expand, narrow, repeat, reshape
 from serve.tensor.tensor import Tensor, wrap_dim
 
 
@@ -73,3 +75,21 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
         view[order[k]] = sizes[k]
         grids.append(expand(reshape(t, tuple(view)), tuple(shape)))
     return tuple(grids)
+
+
+def tile(input: Tensor, dims: Sequence[int]) -> Tensor:
+    """`input` repeated `dims[k]` times along dim k; shorter `dims` are padded with 1s in front (torch.tile)."""
+    reps = tuple(dims)
+    if len(reps) < input.ndim:
+        reps = (1,) * (input.ndim - len(reps)) + reps
+    return repeat(input, reps)
+
+
+def log2(input: Tensor) -> Tensor:
+    """Base-2 logarithm, elementwise (integers give the default float dtype, as torch.log)."""
+    return mul(log(input), 1.0 / math.log(2.0))
+
+
+def log10(input: Tensor) -> Tensor:
+    """Base-10 logarithm, elementwise."""
+    return mul(log(input), 1.0 / math.log(10.0))

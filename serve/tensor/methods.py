@@ -48,7 +48,7 @@ _METHODS: dict[Any, tuple[str, ...]] = {
     sorting: ("sort", "argsort", "topk", "kthvalue", "msort"),
     creation: ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"),
     random: ("uniform_", "normal_", "random_", "bernoulli_", "exponential_", "bernoulli"),
-    composite_ops: ("diff",),
+    composite_ops: ("diff", "tile", "log2", "log10"),
     sampling: ("multinomial",),
     inplace: ("copy_", "fill_", "zero_"),
 }  # fmt: skip

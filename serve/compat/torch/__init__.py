@@ -4,12 +4,14 @@ The worker's import hook (serve/worker/torch_compat.py) puts every public name h
 serve's own runtime names) and maps `torch.X` imports to `serve.compat.torch.X`:
 
     torch._assert(cond, message)     AssertionError(message) when cond is false (torch's symbolic assert)
+    torch.pi, torch.e, torch.inf, torch.nan   the Python floats
     torch._C._log_api_usage_once     a no-op (torchvision calls it in every constructor)
     torch.fx                         wrap (identity), symbolic_trace (NotImplementedError)
-    torch.jit                        unused/ignore/export (identity), is_scripting/is_tracing (False),
+    torch.jit                        unused/ignore/export/_overload_method (identity), is_scripting/is_tracing (False),
                                      script/trace (the module itself, run eagerly, one warning), load (refused)
     torch.utils.checkpoint           checkpoint(fn, *args) runs fn (no activation recomputation: serve serves)
     torch.utils.data                 Dataset, TensorDataset, DataLoader (batching a sequence, no workers)
+    torch.utils.model_zoo            load_url (torch.hub.load_state_dict_from_url's old name)
     torch.hub                        get_dir, load_state_dict_from_url (the local cache only, never the network)
 
 Decision: these are small shims, not implementations. Serving needs no graph capture, TorchScript or
@@ -19,7 +21,11 @@ serve runs; anything that would need the feature itself raises an error naming i
 
 from __future__ import annotations
 
+import math
+
 from serve.compat.torch import _C, fx, hub, jit, utils
 from serve.compat.torch.asserts import _assert
 
-__all__ = ["_C", "_assert", "fx", "hub", "jit", "utils"]
+pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
+
+__all__ = ["_C", "_assert", "e", "fx", "hub", "inf", "jit", "nan", "pi", "utils"]

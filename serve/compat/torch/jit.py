@@ -33,6 +33,16 @@ def export(fn: F) -> F:
     return fn
 
 
+def _overload_method(fn: F) -> F:
+    """The function itself: an overload signature for TorchScript; the undecorated definition after it wins."""
+    return fn
+
+
+def _overload(fn: F) -> F:
+    """The function itself (see _overload_method)."""
+    return fn
+
+
 def is_scripting() -> bool:
     """False: serve never runs TorchScript."""
     return False

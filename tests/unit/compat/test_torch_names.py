@@ -180,3 +180,15 @@ def test_hub_dir_matches_torch(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "_override", [])
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
     assert hub.get_dir() == torch.hub.get_dir() and hub._get_torch_home() == torch.hub._get_torch_home()
+
+
+@needs_torch
+def test_constants_overloads_and_model_zoo_match_torch():
+    t = alias()
+    assert (t.pi, t.e, t.inf) == (torch.pi, torch.e, torch.inf) and t.nan != t.nan
+
+    def f(x):
+        return x
+
+    assert jit._overload_method(f) is f and jit._overload(f) is f
+    assert t.utils.model_zoo.load_url is hub.load_state_dict_from_url

@@ -111,3 +111,15 @@ def test_multinomial_refuses_what_torch_refuses(weights, n, replacement):
         torch.multinomial(torch.tensor(weights), n, replacement)
     with pytest.raises(RuntimeError):
         serve.multinomial(serve.tensor(weights), n, replacement)
+
+
+@pytest.mark.parametrize(("shape", "dims"), [((2, 3), (2,)), ((2, 3), (2, 1, 3)), ((4,), (1, 2)), ((2, 2), ())])
+def test_tile(shape, dims):
+    check_op([shape], lambda lib, x: lib.tile(x, dims))
+    check_op([shape], lambda lib, x: x.tile(dims))
+
+
+@pytest.mark.parametrize("name", ["log2", "log10"])
+def test_log2_log10(name):
+    check_op([(3, 4)], lambda lib, x: getattr(lib, name)(x), low=0.1, high=5.0)
+    check_op([(5,)], lambda lib, x: getattr(x, name)(), low=0.1, high=5.0)
