@@ -47,6 +47,7 @@ class TextClassifier(BaseHandler):
     """Tokenize the batch, run the classifier, softmax, `{label: prob}` per request."""
 
     text_input: str | None = None  # "source_vocab" or "tokenizer"; None: detect (see the module docstring)
+    kserve_envelopes = True  # KServe v1 {"data": ...} / v2 BYTES inputs arrive as the text (batching/envelopes.py)
     ngrams = 2
     source_vocab: dict[str, int] | None = None  # source_vocab mode: {token: index}
     tokenizer: Any = None  # tokenizer mode: the Hugging Face tokenizer

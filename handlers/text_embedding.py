@@ -30,6 +30,8 @@ TOKEN_EMBEDDING_KEYS = ("last_hidden_state", "token_embeddings")
 class TextEmbeddingHandler(BaseHandler):
     """Sentence embeddings: tokenize, encode, mean-pool over the attention mask, L2-normalise."""
 
+    kserve_envelopes = True  # KServe v1 {"data": ...} / v2 BYTES inputs arrive as the text (batching/envelopes.py)
+
     def initialize(self, context: Context) -> None:
         super().initialize(context)
         self.max_length = positive_int(self.handler_config, "max_length", 256)

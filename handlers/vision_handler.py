@@ -139,6 +139,7 @@ class VisionHandler(BaseHandler):
     image_formats: tuple[str, ...] = ("JPEG", "PNG", "WEBP")
     # TorchServe's base VisionHandler leaves the transforms to subclasses: here ToTensor only
     transform_defaults: ClassVar[dict[str, Any]] = TO_TENSOR_ONLY
+    kserve_envelopes = True  # KServe v1 {"data": ...} / v2 inputs arrive as the payload (batching/envelopes.py)
 
     def __init__(self) -> None:
         super().__init__()
