@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serve.batching.decoding import decode_value
+from serve.batching.envelopes import PROTOCOL_HEADER, open_envelope
 
 PREDICT = "predict"
 DESCRIBE = "describe"  # a customized-describe job: it always travels alone, never batched
@@ -32,12 +33,14 @@ class InferenceRequest:
     decode: bool = False  # TorchServe's decode_input_request: JSON and text inputs reach the handler parsed
     requested_version: str = ""  # the version the client named ("" = the default): the metrics' model_version
 
-    def handler_inputs(self) -> dict[str, Any]:
-        """The inputs as the handler receives them."""
+    def handler_inputs(self, envelopes: bool = False) -> dict[str, Any]:
+        """The inputs as the handler receives them; `envelopes` (a handler that reads plain payloads) opens a
+        KServe v1/v2 request's envelope (envelopes.py)."""
         if not self.decode:
             return self.inputs
-        return {name: decode_value(value, self.content_types.get(name)) if isinstance(value, (bytes, bytearray))
-                else value for name, value in self.inputs.items()}  # fmt: skip
+        inputs = {name: decode_value(value, self.content_types.get(name)) if isinstance(value, (bytes, bytearray))
+                  else value for name, value in self.inputs.items()}  # fmt: skip
+        return open_envelope(inputs, self.headers.get(PROTOCOL_HEADER)) if envelopes else inputs
 
 
 @dataclass

@@ -147,7 +147,7 @@ class BatchRunner:
     def run(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         batch_id = header["id"]
         requests = decode_batch(header, payloads)
-        inputs, self.refused = _decode_inputs(requests)
+        inputs, self.refused = _decode_inputs(requests, getattr(self.handler, "kserve_envelopes", False) is True)
         kept = [r for i, r in enumerate(requests) if i not in self.refused]
         self.context.begin_batch({i: r.request_id for i, r in enumerate(kept)},
                                  [_handler_headers(r, header.get("kind") == DESCRIBE) for r in kept])  # fmt: skip
@@ -237,14 +237,16 @@ class BatchRunner:
         return records
 
 
-def _decode_inputs(requests: list[InferenceRequest]) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+def _decode_inputs(requests: list[InferenceRequest],
+                   envelopes: bool = False) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:  # fmt: skip
     """The handler inputs of the requests that decode, and an error (400) for each that does not, by batch index:
-    one request's hostile body must not fail its batch-mates."""
+    one request's hostile body must not fail its batch-mates. `envelopes`: the handler opted in to KServe
+    envelopes being opened for it (serve/batching/envelopes.py)."""
     inputs: list[dict[str, Any]] = []
     refused: dict[int, dict[str, Any]] = {}
     for i, request in enumerate(requests):
         try:
-            inputs.append(request.handler_inputs())
+            inputs.append(request.handler_inputs(envelopes))
         except (InvalidInput, *DECODE_ERRORS) as e:
             message = str(e) if isinstance(e, InvalidInput) else f"the input cannot be decoded: {decode_error_text(e)}"
             refused[i] = {"code": 400, "type": "BadRequestException", "message": message}
