@@ -9,7 +9,9 @@ TorchServe's kservev2-style input dict, always decoded (whatever `decode_input_r
 (BYTES elements are strings, BF16 values floats; binary-extension parameters are removed), and the request header
 `x-serve-protocol: v2`. A handler answers it with `{"outputs": [{"name", "datatype", "shape", "data"}]}` (a flat
 or nested `data`); `handlers/tensor.py` does. An answer of another form (a handler that knows nothing of v2) becomes
-one output `output0` with the datatype numpy infers, so every handler can be called over v2.
+one output `output0`: numbers with the datatype numpy infers, a JSON object (or a list holding objects) as BYTES
+of JSON text, so every handler can be called over v2. The built-in image and text handlers get the request's one
+input as their plain payload instead of the body (serve/batching/envelopes.py).
 
 Model metadata comes from the archive's model-config `handler: {inputs: [...], outputs: [...]}` (each
 `{name, datatype, shape}`, the shape with -1 for the batch dimension, as the client must send it); without it,
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from serve import __version__
-from serve.batching import InferenceRequest, json_values
+from serve.batching import InferenceRequest, envelopes, json_values
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.oip import tensors
@@ -37,7 +39,7 @@ from serve.frontends.oip import tensors
 SERVER_NAME = "serve"
 PLATFORM = "serve_python"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
-PROTOCOL_HEADER = "x-serve-protocol"
+PROTOCOL_HEADER = envelopes.PROTOCOL_HEADER
 BINARY_PARAMETERS = ("binary_data_size", "binary_data", "binary_data_output")
 DEFAULT_INPUT, DEFAULT_OUTPUT = "input0", "output0"
 
@@ -206,6 +208,8 @@ def parse_handler_answer(body: bytes, content_type: str = "application/json") ->
         raise PredictionException(message, 500) from None
     if isinstance(value, dict) and isinstance(value.get("outputs"), list):
         return [_output(o) for o in value["outputs"]]
+    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value)):
+        return [_json_output(value)]
     try:
         array = np.asarray(value)
         datatype = tensors.datatype_of(array)
@@ -214,6 +218,15 @@ def parse_handler_answer(body: bytes, content_type: str = "application/json") ->
     if array.dtype == np.float64:
         array, datatype = array.astype(np.float32), "FP32"  # JSON numbers: float32, as the tensor handler reads them
     return [InferOutput(DEFAULT_OUTPUT, datatype, list(array.shape), array)]
+
+
+def _json_output(value: dict[str, Any] | list[Any]) -> InferOutput:
+    """A JSON object answer (an image classifier's `{label: prob}`, a detector's list of boxes) as BYTES `output0`,
+    one JSON text per element: a dict is one element, a list one per entry."""
+    items = value if isinstance(value, list) else [value]
+    data = np.empty(len(items), dtype=np.object_)
+    data[:] = [json_values.dumps(v).encode() for v in items]
+    return InferOutput(DEFAULT_OUTPUT, "BYTES", [len(items)], data)
 
 
 def _output(spec: Any) -> InferOutput:

@@ -8,9 +8,11 @@
 
 Each instance is one request to the model's batcher, with the instance as its JSON body: exactly what
 `POST /predictions/{m}` with that JSON gets, so the handler needs nothing v1-specific and the instances of one call
-are batched together. A prediction that is not JSON is returned as text. Errors: `{"error": "<message>"}` with the
-status of `frontends.errors`; the first failing instance fails the call. Decisions: `:explain` answers only
-`explanations` (KServe's explainers shape it their own way); routes need the inference key like `/predictions`.
+are batched together; the request carries `x-serve-protocol: v1`, so a built-in image or text handler gets the
+instance's `data` (serve/batching/envelopes.py). A prediction that is not JSON is returned as text. Errors:
+`{"error": "<message>"}` with the status of `frontends.errors`; the first failing instance fails the call.
+Decisions: `:explain` answers only `explanations` (KServe's explainers shape it their own way); routes need the
+inference key like `/predictions`; `GET /` needs none (a liveness probe).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serve.batching import InferenceRequest, json_values
+from serve.batching.envelopes import PROTOCOL_HEADER
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.routers.oip import dataplane_of, json_response, v2_errors
@@ -80,7 +83,13 @@ async def _one(dataplane: DataPlane, name: str, instance: Any, headers: dict[str
         request_id=str(uuid.uuid4()),
         inputs={"body": json.dumps(instance).encode()},
         content_types={"body": "application/json"},
-        headers={**headers, "content-type": "application/json", "url_path": "", "explain": str(explain)},
+        headers={
+            **headers,
+            "content-type": "application/json",
+            "url_path": "",
+            "explain": str(explain),
+            PROTOCOL_HEADER: "v1",
+        },
         decode=True,
     )
     answer = await (dataplane.explain if explain else dataplane.predict)(name, None, job)
