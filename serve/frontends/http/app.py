@@ -23,6 +23,8 @@ from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.auth import TokenAuth
 from serve.frontends.http.fast_path import PredictionFastPath
 from serve.frontends.http.middleware import ServeHTTPMiddleware
+from serve.frontends.http.openapi import allowed_methods
+from serve.frontends.http.openapi import document as openapi_document
 from serve.frontends.http.responses import pretty_json, serve_error_handler
 from serve.frontends.http.routers import api_description, kserve_v1, metrics, models, oip, ping, predictions, token
 from serve.metrics import ServerMetrics
@@ -43,8 +45,7 @@ def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAu
     the fast path (fast_path.py) unless CORS is configured."""
     app = _app("inference API", settings, dataplane.metrics,
                [predictions.router, ping.router, api_description.router, oip.router, kserve_v1.router],
-               dataplane=dataplane, auth=auth)  # fmt: skip
-    _add_openapi_paths(app, predictions.OPENAPI_PATHS)
+               predictions.OPENAPI_PATHS, dataplane=dataplane, auth=auth)  # fmt: skip
     if settings.cors_allowed_origin:
         return app
     return PredictionFastPath(app, settings.max_request_size, dataplane.metrics)
@@ -64,7 +65,7 @@ def create_metrics_app(metrics_: ServerMetrics, settings: Settings) -> FastAPI:
 
 
 def _app(name: str, settings: Settings, server_metrics: ServerMetrics, routers: list[APIRouter],
-         **state: Any) -> FastAPI:  # fmt: skip
+         openapi_paths: dict[str, Any] | None = None, **state: Any) -> FastAPI:  # fmt: skip
     app = FastAPI(title=TITLE, version=__version__, description=f"serve's {name}, compatible with TorchServe's",
                   redirect_slashes=False, redoc_url=None)  # fmt: skip
     for key, value in {"settings": settings, "metrics": server_metrics, **state}.items():
@@ -81,17 +82,21 @@ def _app(name: str, settings: Settings, server_metrics: ServerMetrics, routers: 
         app.add_middleware(CORSMiddleware, **_cors(settings))
     # added last = outermost: it sees every response, CORS preflights and errors included
     app.add_middleware(ServeHTTPMiddleware, max_request_size=settings.max_request_size, metrics=server_metrics)
+    _add_openapi_paths(app, openapi_paths or {}, settings)
     return app
 
 
-def _add_openapi_paths(app: FastAPI, paths: dict[str, Any]) -> None:
-    """Document routes that are not FastAPI path operations (FastAPI's "extending OpenAPI" recipe)."""
+def _add_openapi_paths(app: FastAPI, paths: dict[str, Any], settings: Settings) -> None:
+    """Document routes that are not FastAPI path operations (FastAPI's "extending OpenAPI" recipe), and finish
+    the document so that it lists what the routes really take and answer (openapi.py)."""
     generate = app.openapi
+    finished: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
-        schema = generate()  # cached by FastAPI; adding the same entries again changes nothing
-        schema["paths"].update(paths)
-        return schema
+        if not finished:
+            schema = generate()  # cached by FastAPI
+            finished.update(openapi_document(app.routes, {**schema, "paths": {**schema["paths"], **paths}}, settings))
+        return finished
 
     app.openapi = openapi  # type: ignore[method-assign]
 
@@ -117,7 +122,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     else:
         type_name = "InternalServerException" if status >= 500 else "BadRequestException"
         message = str(getattr(exc, "detail", exc))
-    headers = getattr(exc, "headers", None)  # 405 carries Allow
+    headers = getattr(exc, "headers", None)
+    if status == 405:  # Starlette's Allow names one route's methods; every route of the path counts
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
     return pretty_json({"code": status, "type": type_name, "message": message}, status, headers)
 
 

@@ -14,7 +14,7 @@ unknown model, 503 not ready or queue full, 500 otherwise), as spec §1.7 asks; 
 Decisions: `/v2/health/*` are open like `/ping` (Kubernetes probes carry no key); every other v2 route needs the
 inference key, like `/predictions`. The v2 body goes through the same `max_request_size` check (its 413 keeps
 TorchServe's body); infer and explain read gzip/deflate bodies and compress answers on `Accept-Encoding`
-(http/encoding.py). Any other `/v2/...` path or method is a 404 in the v2 body.
+(http/encoding.py). Any other `/v2/...` path is a 404 in the v2 body; a v2 path with another method a 405.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from serve.frontends.dataplane import DataPlane
 from serve.frontends.errors import error_info
 from serve.frontends.http.auth import INFERENCE, TokenAuth
 from serve.frontends.http.encoding import compress, request_body
+from serve.frontends.http.openapi import allowed_methods
 from serve.frontends.oip import core, repository, rest, tensors
 
 JSON = "application/json"
@@ -149,8 +150,12 @@ for _prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{mo
 
 
 async def unknown(request: Request) -> Response:
-    """Any other `/v2/...` path or method: 404 in the v2 error body, which tritonclient reads (Triton-only
-    extensions such as `/stats`, shared memory and repository load/unload are not served here)."""
+    """Any other `/v2/...` path: 404 in the v2 error body, which tritonclient reads (Triton-only extensions such as
+    `/stats`, shared memory and repository load/unload are not served here); a v2 path with another method: 405."""
+    allowed = allowed_methods(request, catch_all=False)
+    if allowed:  # a v2 route with another method: 405 with Allow, as for any other path
+        message = f"method {request.method} is not allowed on {request.url.path}: use {', '.join(allowed)}"
+        return json_response({"error": message}, 405, {"Allow": ", ".join(allowed)})
     routes = ", ".join(f"{method} {path}" for path, _, method in ROUTES)
     raise ModelNotFound(f"no v2 route for {request.method} {request.url.path}: this server answers {routes}")
 

@@ -1,0 +1,55 @@
+"""Schemathesis against a real `serve` process (issue 17 item 9): each listener's own OpenAPI document
+(inference, management, metrics) is fuzzed with every check on, and the run finds nothing.
+
+The server runs the `lin` model (the built-in tensor handler), the model API on, token authorization off, and
+`allowed_urls` limited to the model store (no test reaches the network). Bounded: at most 10 generated cases per
+operation and a fixed seed, about a minute in all.
+
+One setting differs from schemathesis's defaults: `positive_data_acceptance` also accepts a 400. A request can
+match every schema of the document and still be wrong in ways a schema cannot state (`max_worker` below
+`min_worker`, a v2 tensor whose `data` has fewer values than its `shape` holds, a `next_page_token` past the last
+model, rotating a key with token authorization off); serve answers those with a 400 naming the problem. A 5xx is
+still a finding (`not_a_server_error`), and so is any status or content type the document does not list.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.server import ServerProcess, lin_archive
+
+pytest.importorskip("schemathesis")
+
+MAX_EXAMPLES = 10
+CONFIG = """
+[checks.positive_data_acceptance]
+expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429"]
+"""
+
+
+def _run(config: Path, url: str) -> subprocess.CompletedProcess[str]:
+    executable = Path(sys.executable).with_name("schemathesis")
+    cmd = [str(executable), "--config-file", str(config), "run", url + "/openapi.json", "--checks", "all",
+           "-n", str(MAX_EXAMPLES), "--seed", "1", "--no-shrink", "--workers", "2", "--request-timeout", "30",
+           "--warnings", "off"]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_schemathesis_finds_nothing_on_any_listener(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    lin_archive(tmp_path / "src", store)
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(CONFIG)
+    flags = ("--ncs", "--disable-token-auth", "--enable-model-api", "--models", "lin=lin.mar")
+    server = ServerProcess(tmp_path / "run", store, *flags, allowed_urls="file://.*").start()
+    try:
+        results = {kind: _run(config, getattr(server, kind)) for kind in ("inference", "management", "metrics")}
+    finally:
+        assert server.stop() == 0
+    for kind, done in results.items():
+        assert done.returncode == 0 and "No issues found" in done.stdout, f"{kind}:\n{done.stdout[-6000:]}"
