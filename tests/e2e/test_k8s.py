@@ -8,10 +8,10 @@ server started that way answers every probe, the Prometheus scrape and the serie
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -231,16 +231,9 @@ def test_inferenceservice_ports_and_probes_match_the_servers_settings(tmp_path: 
 # ---- a real server, configured as the container is ---------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A port free now (the container's ports must map one to one, so this test cannot use port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("which", ["deployment", "inferenceservice"])
 def test_a_server_started_like_the_container_answers_every_probe(tmp_path: Path, which: str) -> None:
-    """The container's argv and environment (paths moved under tmp_path, listeners moved to free loopback ports
+    """The container's argv and environment (paths moved under tmp_path, listeners moved to loopback port 0
     through the TS_* overrides the config enables, or a copy of the config for KServe's), a real `serve` process:
     each probe answers as Kubernetes would ask it, /metrics carries the series the adapter rules read, and SIGTERM
     ends the server within the grace period."""
@@ -248,28 +241,29 @@ def test_a_server_started_like_the_container_answers_every_probe(tmp_path: Path,
     work = tmp_path / "run"
     work.mkdir()
     manifest_ports = listener_ports(replay(pod, tmp_path)[0])
-    live = {name: free_port() for name in manifest_ports}
+    ports_file = work / "ports.json"
     overrides = {"TS_KEY_FILE": str(work / "key_file.json"), "LOG_LOCATION": str(work / "logs"),
-                 "TMPDIR": str(tmp_path / "tmp")}  # fmt: skip
+                 "TMPDIR": str(tmp_path / "tmp"), "TS_PORTS_FILE": str(ports_file)}  # fmt: skip
     (tmp_path / "tmp").mkdir()
     for name in ("inference", "management", "metrics"):
-        overrides[f"TS_{name.upper()}_ADDRESS"] = f"http://127.0.0.1:{live[name]}"
+        overrides[f"TS_{name.upper()}_ADDRESS"] = "http://127.0.0.1:0"
     for name in ("grpc_inference", "grpc_management"):
-        overrides[f"TS_{name.upper()}_PORT"] = str(live[name])
+        overrides[f"TS_{name.upper()}_PORT"] = "0"
         overrides[f"TS_{name.upper()}_ADDRESS"] = "127.0.0.1"
     config = pod.config_text()
     if "enable_envvars_config=true" not in config:  # KServe's config: the same overrides, as a copy of the file
         config_map = find(pod.docs, "ConfigMap")
         config_map["data"] = {"config.properties": config + "enable_envvars_config=true\n"}
     settings, argv, env = replay(pod, tmp_path, overrides)
-    assert listener_ports(settings) == live
+    assert set(listener_ports(settings).values()) == {0}  # each listener takes a free port and reports it
     recorder_archive(Path(settings.model_store), "rec", tmp_path / "batches.log")
-    by_port = {manifest_ports[name]: live[name] for name in live}
     proc_env = {**os.environ, **env}
     with open(tmp_path / "server.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "serve.cli.main", *argv], cwd=work, env=proc_env,
                                 stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
+        live = _bound_ports(ports_file, proc, tmp_path)
+        by_port = {manifest_ports[name]: live[name] for name in manifest_ports}
         ready = pod.container["readinessProbe"]["httpGet"]
         _wait_for(f"http://127.0.0.1:{by_port[ready['port']]}{ready['path']}", proc, tmp_path)
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
@@ -293,6 +287,16 @@ def test_a_server_started_like_the_container_answers_every_probe(tmp_path: Path,
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def _bound_ports(ports_file: Path, proc: subprocess.Popen[bytes], tmp_path: Path) -> dict[str, int]:
+    """The ports the server reports in ports_file once every listener is bound."""
+    deadline = time.monotonic() + START_SECONDS
+    while not ports_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"serve wrote no {ports_file.name}:\n{(tmp_path / 'server.log').read_text()[-4000:]}")
+        time.sleep(0.05)
+    return json.loads(ports_file.read_text())
 
 
 def _wait_for(url: str, proc: subprocess.Popen[bytes], tmp_path: Path) -> None:
