@@ -1,7 +1,7 @@
 """torchvision's OWN model source on serve: how many classification architectures run with only `import torch`
 resolved to serve (issue 18).
 
-    .venv/bin/python bench/torchvision_source.py                 # every classification builder, small first
+    .venv/bin/python bench/torchvision_source.py                 # every classification builder, cheapest first
     .venv/bin/python bench/torchvision_source.py resnet18 vgg11  # just these
     .venv/bin/python bench/torchvision_source.py --max-gflops 40 --budget 1800
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if tv is None:
         sys.exit("bench/torchvision_source.py needs torch and torchvision (the test extras)")
     source = TorchvisionSource(Path(tv.__file__).parent, tv.transforms.InterpolationMode)
-    names = args.names or sorted(tv.models.list_models(module=tv.models))
+    names = args.names or sorted(tv.models.list_models(module=tv.models), key=lambda n: (gflops(tv, n), n))
     start, results = time.perf_counter(), []
     print("| model | result | max rel. diff to torch | note | s |\n| --- | --- | --- | --- | --- |")
     for name in names:
