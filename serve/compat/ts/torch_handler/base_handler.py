@@ -137,8 +137,7 @@ _PROFILER_MESSAGE = ("ENABLE_TORCH_PROFILER: the PyTorch profiler cannot profile
 
 def refuse_unsupported(context: Context) -> None:
     """RuntimeError for a TorchServe feature that needs torch itself (see the module docstring)."""
-    config = context.model_yaml_config or {}
-    if "pt2" in config:
+    if _asks_for_pt2(context.model_yaml_config or {}):
         raise RuntimeError(
             "model-config pt2 (torch.compile / torch.export) is not available on serve: remove the pt2 section; "
             "serve compiles its own inference plan at load (model-config optimize: true, the default)"
@@ -151,6 +150,21 @@ def refuse_unsupported(context: Context) -> None:
         )
     if os.environ.get("ENABLE_TORCH_PROFILER"):
         raise RuntimeError(_PROFILER_MESSAGE)
+
+
+def _asks_for_pt2(config: dict[str, Any]) -> bool:
+    """Whether the model-config's `pt2` turns torch.compile or torch.export on (TorchServe's forms: a backend name,
+    compile options, `compile: {enable: true, ...}`, `export: {aot_compile: true}`)."""
+    if "pt2" not in config:
+        return False
+    pt2 = config["pt2"]
+    if not isinstance(pt2, dict):
+        return pt2 is not None and pt2 is not False
+    if "compile" in pt2:
+        return (pt2["compile"] or {}).get("enable") is True
+    if "export" in pt2:
+        return ((pt2["export"] or {}).get("aot_compile")) is True
+    return bool(pt2)
 
 
 def fill_missing_attributes(handler: Any) -> None:

@@ -177,6 +177,7 @@ def test_image_classifier_subclass_with_its_own_transforms_answers_torchs_top_k(
         ("model.onnx", {}, r"ONNX models \(and TensorRT through ONNX Runtime\) cannot run on serve"),
         ("model.so", {}, r"torch.export AOT-compiled library cannot run on serve"),
         ("traced.pt", {"pt2": {"compile": {"enable": True}}}, r"model-config pt2 \(torch.compile / torch.export\)"),
+        ("traced.pt", {"pt2": "inductor"}, r"model-config pt2"),
     ],
 )
 def test_what_serve_cannot_run_fails_at_initialize_naming_the_feature(tmp_path, serialized, config, message):
@@ -184,6 +185,16 @@ def test_what_serve_cannot_run_fails_at_initialize_naming_the_feature(tmp_path, 
     context = context_for(tmp_path, {"serializedFile": serialized}, config)
     with pytest.raises(RuntimeError, match=message):
         BaseHandler().initialize(context)
+
+
+@needs_torch
+def test_pt2_switched_off_is_not_refused(tmp_path):
+    net, _ = torch_mlp()
+    model = {"modelFile": "model.py", "serializedFile": "model.pt"}
+    make_model_dir(tmp_path, {"model.py": MLP}, model, net.state_dict())
+    handler = BaseHandler()
+    handler.initialize(context_for(tmp_path, model, {"pt2": {"compile": {"enable": False, "backend": "inductor"}}}))
+    assert handler.initialized
 
 
 def test_ipex_switch_fails_at_initialize(tmp_path, monkeypatch):
