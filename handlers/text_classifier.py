@@ -61,6 +61,11 @@ class TextClassifier(BaseHandler):
             self.source_vocab = load_source_vocab(source_vocab_path(self.model_dir, context.manifest))
             return
         self.max_length = positive_int(self.handler_config, "max_length", 512)
+        if not (self.model_dir / "tokenizer.json").is_file():
+            raise FileNotFoundError(
+                f"text_classifier needs tokenizer.json (ours) or source_vocab.pt (TorchServe's {{token: index}} "
+                f"vocabulary) in the model directory {self.model_dir}: add one with model-archiver --extra-files"
+            )
         self.tokenizer = load_tokenizer(self.model_dir, self.max_length)
         self.pass_attention_mask = takes_attention_mask(self.model)
 

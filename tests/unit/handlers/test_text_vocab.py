@@ -113,3 +113,14 @@ def test_a_pickled_vocab_object_is_refused_with_what_to_save_instead(tmp_path):
     torch.save({"a": "b"}, tmp_path / "source_vocab.pt")
     with pytest.raises(ValueError, match="dict of str to int"):
         text_vocab.load_source_vocab(tmp_path / "source_vocab.pt")
+
+
+@needs_torch
+def test_an_archive_with_neither_vocabulary_nor_tokenizer_says_what_to_add(tmp_path):
+    state, _ = torch_model()
+    root = archive(tmp_path, state)
+    (root / "source_vocab.pt").unlink()
+    manifest = {"model": {"modelName": "news", "modelFile": "model.py", "serializedFile": "model.pt"}}
+    context = Context("news", str(root), manifest, 1, None, "0.1", model_yaml_config={"torchCompat": True})
+    with pytest.raises(FileNotFoundError, match=r"tokenizer\.json \(ours\) or source_vocab\.pt"):
+        TextClassifier().initialize(context)
