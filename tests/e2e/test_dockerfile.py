@@ -21,7 +21,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -184,12 +183,6 @@ def test_dockerignore_keeps_what_the_builder_copies() -> None:
 # ---- the replay ----
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(cmd: list[str], timeout: float = INSTALL_SECONDS, **kwargs) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
     assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -261,34 +254,41 @@ def test_replay_install_and_serve(tmp_path: Path) -> None:
     run([str(venv / "bin" / "model-archiver"), *digits().argv(store)], cwd=workdir)
     assert (store / "digits.mar").exists()
 
-    # the image's ENTRYPOINT + CMD and ENV, from the venv; ports moved to free loopback ports via TS_*
+    # the image's ENTRYPOINT + CMD and ENV, from the venv; listeners moved to loopback port 0 via TS_*, and the
+    # ports they got read from TS_PORTS_FILE
     runtime = stage("runtime")
     image_env = env_of(runtime)
     assert image_env["PATH"].startswith("/opt/serve/bin:")
     entry = only(runtime, "ENTRYPOINT").exec_form() + only(runtime, "CMD").exec_form()
     entry[entry.index("--model-store") + 1] = str(store)
     cmd = [str(venv / "bin" / entry[0]), *entry[1:], "--disable-token-auth"]
-    ports = {name: free_port() for name in ("inference", "management", "metrics", "grpc_inference", "grpc_mgmt")}
+    ports_file = workdir / "ports.json"
     server_env = {k: v for k, v in env.items() if k != "PYTHON"}
     server_env.update(
         {k: v for k, v in image_env.items() if k != "PATH"},
         PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",
         TS_CONFIG_FILE=str(ROOT / "docker" / "config.properties"),
-        TS_INFERENCE_ADDRESS=f"http://127.0.0.1:{ports['inference']}",
-        TS_MANAGEMENT_ADDRESS=f"http://127.0.0.1:{ports['management']}",
-        TS_METRICS_ADDRESS=f"http://127.0.0.1:{ports['metrics']}",
+        TS_INFERENCE_ADDRESS="http://127.0.0.1:0",
+        TS_MANAGEMENT_ADDRESS="http://127.0.0.1:0",
+        TS_METRICS_ADDRESS="http://127.0.0.1:0",
         TS_GRPC_INFERENCE_ADDRESS="127.0.0.1",
         TS_GRPC_MANAGEMENT_ADDRESS="127.0.0.1",
-        TS_GRPC_INFERENCE_PORT=str(ports["grpc_inference"]),
-        TS_GRPC_MANAGEMENT_PORT=str(ports["grpc_mgmt"]),
+        TS_GRPC_INFERENCE_PORT="0",
+        TS_GRPC_MANAGEMENT_PORT="0",
+        TS_PORTS_FILE=str(ports_file),
         TMPDIR=str(workdir),
     )
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=workdir, env=server_env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{ports['inference']}"
     try:
         deadline = time.monotonic() + START_SECONDS
+        while not ports_file.exists():  # written once every listener is bound
+            assert proc.poll() is None, f"serve exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"no {ports_file.name} within {START_SECONDS} s"
+            time.sleep(0.05)
+        ports = json.loads(ports_file.read_text())
+        base = f"http://127.0.0.1:{ports['inference']}"
         while True:
             assert proc.poll() is None, f"serve exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"no /ping within {START_SECONDS} s:\n{log_path.read_text()[-4000:]}"
