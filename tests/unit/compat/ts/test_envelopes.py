@@ -79,3 +79,10 @@ def test_an_envelope_must_define_both_directions():
 
     with pytest.raises(TypeError, match="format_output"):
         Half(lambda d, c: d)
+
+
+def test_the_old_kfserving_names_are_the_kserve_envelopes():
+    from serve.compat.ts.torch_handler.request_envelope.kfserving import KFservingEnvelope
+    from serve.compat.ts.torch_handler.request_envelope.kfservingv2 import KFservingv2Envelope
+
+    assert KFservingEnvelope is KServeEnvelope and KFservingv2Envelope is KServev2Envelope
