@@ -6,7 +6,7 @@ import warnings
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from serve.frontends.grpc.generated import inference_pb2 as serve_dot_frontends_dot_grpc_dot_generated_dot_inference__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.73.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in serve/frontends/grpc/generated/inference_pb2_grpc.py depends on'
+        + f' but the generated code in serve/frontends/grpc/generated/inference_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class InferenceAPIsServiceStub:
+class InferenceAPIsServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -57,7 +57,7 @@ class InferenceAPIsServiceStub:
                 _registered_method=True)
 
 
-class InferenceAPIsServiceServicer:
+class InferenceAPIsServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Ping(self, request, context):
@@ -119,7 +119,7 @@ def add_InferenceAPIsServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class InferenceAPIsService:
+class InferenceAPIsService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

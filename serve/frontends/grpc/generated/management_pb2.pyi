@@ -18,7 +18,7 @@ class DescribeModelRequest(_message.Message):
     model_name: str
     model_version: str
     customized: bool
-    def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[str] = ..., customized: _Optional[bool] = ...) -> None: ...
+    def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[str] = ..., customized: bool = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ("limit", "next_page_token")
@@ -52,7 +52,7 @@ class RegisterModelRequest(_message.Message):
     url: str
     s3_sse_kms: bool
     startup_timeout: int
-    def __init__(self, batch_size: _Optional[int] = ..., handler: _Optional[str] = ..., initial_workers: _Optional[int] = ..., max_batch_delay: _Optional[int] = ..., model_name: _Optional[str] = ..., response_timeout: _Optional[int] = ..., runtime: _Optional[str] = ..., synchronous: _Optional[bool] = ..., url: _Optional[str] = ..., s3_sse_kms: _Optional[bool] = ..., startup_timeout: _Optional[int] = ...) -> None: ...
+    def __init__(self, batch_size: _Optional[int] = ..., handler: _Optional[str] = ..., initial_workers: _Optional[int] = ..., max_batch_delay: _Optional[int] = ..., model_name: _Optional[str] = ..., response_timeout: _Optional[int] = ..., runtime: _Optional[str] = ..., synchronous: bool = ..., url: _Optional[str] = ..., s3_sse_kms: bool = ..., startup_timeout: _Optional[int] = ...) -> None: ...
 
 class ScaleWorkerRequest(_message.Message):
     __slots__ = ("model_name", "model_version", "max_worker", "min_worker", "number_gpu", "synchronous", "timeout")
@@ -70,7 +70,7 @@ class ScaleWorkerRequest(_message.Message):
     number_gpu: int
     synchronous: bool
     timeout: int
-    def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[str] = ..., max_worker: _Optional[int] = ..., min_worker: _Optional[int] = ..., number_gpu: _Optional[int] = ..., synchronous: _Optional[bool] = ..., timeout: _Optional[int] = ...) -> None: ...
+    def __init__(self, model_name: _Optional[str] = ..., model_version: _Optional[str] = ..., max_worker: _Optional[int] = ..., min_worker: _Optional[int] = ..., number_gpu: _Optional[int] = ..., synchronous: bool = ..., timeout: _Optional[int] = ...) -> None: ...
 
 class SetDefaultRequest(_message.Message):
     __slots__ = ("model_name", "model_version")

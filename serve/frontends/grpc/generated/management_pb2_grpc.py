@@ -5,7 +5,7 @@ import warnings
 
 from serve.frontends.grpc.generated import management_pb2 as serve_dot_frontends_dot_grpc_dot_generated_dot_management__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.73.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in serve/frontends/grpc/generated/management_pb2_grpc.py depends on'
+        + f' but the generated code in serve/frontends/grpc/generated/management_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class ManagementAPIsServiceStub:
+class ManagementAPIsServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -66,7 +66,7 @@ class ManagementAPIsServiceStub:
                 _registered_method=True)
 
 
-class ManagementAPIsServiceServicer:
+class ManagementAPIsServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def DescribeModel(self, request, context):
@@ -152,7 +152,7 @@ def add_ManagementAPIsServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class ManagementAPIsService:
+class ManagementAPIsService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
