@@ -97,3 +97,13 @@ def test_builders_are_registered_for_get_model() -> None:
          "lraspp_mobilenet_v3_large"]
     )  # fmt: skip
     assert models.get_model_builder("lraspp_mobilenet_v3_large") is seg.lraspp_mobilenet_v3_large
+
+
+def test_models_utils_exposes_intermediate_layer_getter() -> None:
+    from serve.compat.torchvision.models import _utils
+    from serve.zoo.segmentation import IntermediateLayerGetter
+
+    assert _utils.IntermediateLayerGetter is IntermediateLayerGetter
+    assert _utils._ovewrite_value_param("num_classes", None, 21) == 21
+    with pytest.raises(ValueError, match="expected value 21 but got 3"):
+        _utils._ovewrite_value_param("num_classes", 3, 21)

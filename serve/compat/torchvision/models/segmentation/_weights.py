@@ -15,6 +15,7 @@ from typing import Any
 
 import serve
 from serve.compat.torchvision.models._api import Weights, WeightsEnum
+from serve.compat.torchvision.models._utils import _ovewrite_value_param
 from serve.compat.torchvision.transforms import functional as F
 from serve.compat.torchvision.transforms._mode import InterpolationMode, interpolation_mode
 
@@ -77,12 +78,6 @@ LRASPP_MobileNet_V3_Large_Weights = _enum(
 )  # fmt: skip
 
 
-def _overwrite(param: str, actual: Any, expected: Any) -> Any:
-    if actual is not None and actual != expected:
-        raise ValueError(f"The parameter '{param}' expected value {expected} but got {actual} instead.")
-    return expected
-
-
 def resolve(enum: Any, weights: Any, weights_backbone: Any, num_classes: int | None, aux_loss: bool | None,
             kwargs: dict[str, Any]) -> tuple[Any, Any, int, bool]:  # fmt: skip
     """(weights, weights_backbone, num_classes, aux_loss) by torchvision's rules: named weights fix 21 classes and
@@ -100,8 +95,8 @@ def resolve(enum: Any, weights: Any, weights_backbone: Any, num_classes: int | N
     weights = enum.verify(weights)
     if weights is not None:
         weights_backbone = None
-        num_classes = _overwrite("num_classes", num_classes, len(weights.meta["categories"]))
-        aux_loss = _overwrite("aux_loss", aux_loss, True)
+        num_classes = _ovewrite_value_param("num_classes", num_classes, len(weights.meta["categories"]))
+        aux_loss = _ovewrite_value_param("aux_loss", aux_loss, True)
     elif num_classes is None:
         num_classes = 21
     return weights, weights_backbone, int(num_classes), bool(aux_loss)
