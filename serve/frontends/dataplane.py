@@ -30,6 +30,9 @@ MAX_LIST_LIMIT = 100
 RUNTIMES = ("python", "python3")
 
 
+MODEL_API_DISABLED = "Requested method is not allowed, please refer to API document."  # TorchServe's 405
+
+
 class ModelRegistry(Protocol):
     """What the dataplane needs of `serve.management.registry.ModelRegistry` (the design's interface)."""
 
@@ -154,9 +157,9 @@ class DataPlane:
 
     def _require_model_api(self, what: str) -> None:
         if not self.settings.enable_model_api:
-            raise ModelApiDisabled(
-                f"Model API is disabled: cannot {what}. Start the server with --enable-model-api "
-                "(or enable_model_api=true in config.properties) to allow it."
+            raise ModelApiDisabled(  # TorchServe's REST message, then its gRPC one: clients match on either
+                f"{MODEL_API_DISABLED} Model API disabled: cannot {what}. Start the server with "
+                "--enable-model-api (or enable_model_api=true in config.properties) to allow it."
             )
 
 

@@ -10,8 +10,8 @@ layout, written with mode 0600:
 Management and inference keys expire `token_expiration_min` minutes after they were made; the API key never does.
 
 Decisions (differences from TorchServe):
-- A missing, malformed, wrong or expired key is 401 (TorchServe: 400 InvalidKeyException) with a message that
-  says which key is expected and what was wrong.
+- A missing, malformed, wrong or expired key is 401 (TorchServe: 400 InvalidKeyException) with TorchServe's message
+  (clients match on it) followed by which key is expected and what was wrong.
 - `/ping`, `/metrics`, `OPTIONS /`, `/api-description` and the OpenAPI page stay open, so Kubernetes probes and
   Prometheus scrapers need no key (TorchServe guards `/ping`: pain point 2).
 - Keys are 16 random bytes, URL-safe base64 (TorchServe: 6 bytes); clients treat them as opaque strings.
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from serve.config import Settings
 
 MANAGEMENT, INFERENCE, API = "management", "inference", "API"
+FAILED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"  # TorchServe's words
 _BEARER = re.compile(r"^Bearer\s+(\S+)$", re.IGNORECASE)  # the scheme is case-insensitive (RFC 7235)
 
 
@@ -81,15 +82,15 @@ class TokenAuth:
         expected = self._keys[kind]
         where = f"Send the header 'Authorization: Bearer <key>' with the {kind} key from {self.key_file}"
         if not authorization:
-            raise Unauthorized(f"Token Authorization failed: no Authorization header. {where}")
+            raise Unauthorized(f"{FAILED}: no Authorization header. {where}")
         match = _BEARER.match(authorization.strip())
         if match is None:
-            raise Unauthorized(f"Token Authorization failed: the Authorization header is not 'Bearer <key>'. {where}")
+            raise Unauthorized(f"{FAILED}: the Authorization header is not 'Bearer <key>'. {where}")
         if not hmac.compare_digest(match.group(1).encode(), expected.key.encode()):
-            raise Unauthorized(f"Token Authorization failed: the key is not the current {kind} key. {where}")
+            raise Unauthorized(f"{FAILED}: the key is not the current {kind} key. {where}")
         if expected.expires_at is not None and self._clock() >= expected.expires_at:
             raise Unauthorized(
-                f"Token Authorization failed: the {kind} key has expired. Rotate it with "
+                f"{FAILED}: the {kind} key has expired. Rotate it with "
                 f"GET /token?type={kind} and the API key on the management port, then read {self.key_file}"
             )
 

@@ -51,9 +51,11 @@ def test_check_messages_say_what_was_wrong(tmp_path):
         ("Bearer wrong", "not the current inference key"),
         (f"Bearer {auth.key(MANAGEMENT)}", "inference key"),
     ]
+    torchserve = "Token Authorization failed. Token either incorrect, expired, or not provided correctly: "
     for header, needle in cases:
-        with pytest.raises(Unauthorized, match=re.escape(needle)):
+        with pytest.raises(Unauthorized, match=re.escape(needle)) as info:
             auth.check(INFERENCE, header)
+        assert str(info.value).startswith(torchserve)  # TorchServe's words first: clients match on them
     auth.check(INFERENCE, f"Bearer  {key} ")
     auth.check(INFERENCE, f"bearer {key}")  # the scheme is case-insensitive (RFC 7235); the key is not
     with pytest.raises(Unauthorized, match="not the current inference key"):

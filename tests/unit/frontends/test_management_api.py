@@ -22,6 +22,9 @@ def test_model_api_disabled_is_405_for_register_and_unregister_only(tmp_path):
             assert r.status_code == 405
             body = r.json()
             assert body["type"] == "MethodNotAllowedException" and "--enable-model-api" in body["message"]
+            # TorchServe's own words first (its test_model_control_mode.py message; its gRPC "Model API disabled")
+            assert body["message"].startswith("Requested method is not allowed, please refer to API document.")
+            assert "Model API disabled" in body["message"]
         assert not [c for c in server.registry.calls if c[0] in ("register", "unregister")]
         assert (await server.management.get("/models")).status_code == 200
         assert (await server.management.put("/models/mnist?min_worker=1")).status_code == 200
