@@ -17,7 +17,9 @@ import serve
 import serve.nn.functional as F
 from serve import nn
 
-_LEGACY = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var))$")
+_LEGACY = re.compile(
+    r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var|num_batches_tracked))$"
+)
 
 
 def remap_legacy_keys(state_dict: dict[str, Any]) -> dict[str, Any]:
