@@ -3,7 +3,10 @@
 The config file is the first of: env `TS_CONFIG_FILE`, `cli["ts_config"]` (`--ts-config`), `./config.properties`
 (TorchServe's order; a named file that does not exist is an error, a missing `./config.properties` is not).
 Values may use `$$NAME$$` (see properties.py). `TS_*` variables count only when `enable_envvars_config` is true
-in the file or on the command line (environment.py). `LOG_LOCATION` is always read.
+in the file or on the command line (environment.py). `LOG_LOCATION` is always read. Two switches keep
+TorchServe's order env > CLI > file: `TS_DISABLE_TOKEN_AUTHORIZATION` over `--disable-token-auth` and
+`TS_ENABLE_MODEL_API` over `--enable-model-api` (`ENV_OVER_CLI`; TorchServe's token-authorization docs and
+tests): an operator's environment that turns token authorization back on is not undone by a flag.
 
 Snapshots, a deliberate difference: TorchServe uses its latest snapshot *instead of* `./config.properties` (never
 when `--ts-config` is given), because its snapshots repeat every property. Ours hold only the models, so the
@@ -37,6 +40,8 @@ from serve.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DEFAULT_CONFIG_FILE = Path("config.properties")
+# TorchServe's switches whose environment variable beats the command-line flag (its token and model-control tests)
+ENV_OVER_CLI = ("disable_token_authorization", "enable_model_api")
 
 
 def load_settings(cli: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -50,13 +55,16 @@ def load_settings(cli: dict[str, Any] | None = None, environ: Mapping[str, str] 
     config_file = _config_file(given.pop("ts_config", None), env)
     out: dict[str, Any] = _from_file(config_file, env) if config_file else {}
     cli_values = {key: _read(key, value, "the command line") for key, value in given.items()}
+    env_values: dict[str, Any] = {}
     if cli_values.get("enable_envvars_config", out.get("enable_envvars_config", False)):
         allow_urls = cli_values.get("use_env_allowed_urls", out.get("use_env_allowed_urls", False))
         for key, (value, name) in environment.overrides(env, READERS, allowed_urls=allow_urls).items():
-            out[key] = _read(key, value, f"environment variable {name}")
+            env_values[key] = _read(key, value, f"environment variable {name}")
     if environment.LOG_LOCATION_VAR in env:
         out["log_location"] = _read("log_location", env[environment.LOG_LOCATION_VAR], "environment LOG_LOCATION")
+    out.update(env_values)
     out.update(cli_values)
+    out.update({key: env_values[key] for key in ENV_OVER_CLI if key in env_values})
     out["number_of_gpu"], out["gpu_uuids"] = _gpus(out.get("number_of_gpu"), env)
     return _finish(out, config_file)
 

@@ -62,6 +62,19 @@ def test_env_enabled_from_cli() -> None:
     assert s.metrics_mode == "log" and s.enable_model_api
 
 
+def test_token_and_model_api_switches_keep_torchserves_order(tmp_path: Path) -> None:
+    """TorchServe: env > CLI > file for TS_DISABLE_TOKEN_AUTHORIZATION (its test_token_authorization.py priority
+    tests: env false + --disable-token-auth = token auth on) and TS_ENABLE_MODEL_API."""
+    write(tmp_path / "config.properties", "enable_envvars_config=true\ndisable_token_authorization=false\n")
+    flags = {"disable_token_authorization": True, "enable_model_api": True}
+    s = load_settings(flags, {"TS_DISABLE_TOKEN_AUTHORIZATION": "false", "TS_ENABLE_MODEL_API": "false"})
+    assert not s.disable_token_authorization and not s.enable_model_api
+    assert load_settings(flags, {}).disable_token_authorization  # no env: the flag beats the file
+    assert load_settings({}, {"TS_DISABLE_TOKEN_AUTHORIZATION": "true"}).disable_token_authorization  # env > file
+    write(tmp_path / "config.properties", "disable_token_authorization=false\n")  # env config off: env ignored
+    assert load_settings(flags, {"TS_DISABLE_TOKEN_AUTHORIZATION": "false"}).disable_token_authorization
+
+
 def test_env_allowed_urls_needs_use_env_allowed_urls(tmp_path: Path) -> None:
     env = {"TS_ALLOWED_URLS": "https://.*"}
     write(tmp_path / "config.properties", "enable_envvars_config=true\nallowed_urls=file:///models/.*\n")
