@@ -55,7 +55,7 @@ from serve.management.admission import ExtractionBudget, check_handler
 from serve.management.limits import check_worker_counts
 from serve.management.model_version import ModelVersion, check_params, resolve_config
 from serve.management.snapshot import write_snapshot
-from serve.management.startup import load_models, snapshot_defaults, snapshot_models
+from serve.management.startup import check_snapshot_archives, load_models, snapshot_defaults, snapshot_models
 from serve.management.urls import resolve_url
 from serve.management.workers import no_worker_error
 from serve.metrics import ServerMetrics
@@ -90,6 +90,8 @@ class ModelRegistry:
         stays registered with its workers retrying (describe shows the error)."""
         snapshot = self.settings.model_snapshot
         jobs = snapshot_models(snapshot) if snapshot else load_models(self.settings)
+        if snapshot:
+            await check_snapshot_archives(jobs, self.settings)  # an archive gone: refuse to start, as TorchServe
         try:
             results = await asyncio.gather(*(self._register_at_startup(**job) for job in jobs), return_exceptions=True)
             for job, result in zip(jobs, results):

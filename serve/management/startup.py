@@ -7,14 +7,21 @@
 model store, sorted by name (TorchServe's rule); `name=archive` entries name the model. A snapshot (TorchServe's
 `model_snapshot` structure) replaces load_models, as in TorchServe, and restores each version's settings, its
 worker counts and the default versions.
+
+Decision (TorchServe refuses too): a snapshot naming a local archive that is gone stops the start with a
+ConfigError listing every missing one (`check_snapshot_archives`), instead of starting without those models and
+writing a new snapshot that forgets them. `http(s)` archives are fetched when registered, as any registration.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from serve.config import Settings, split_model_entry
+from serve.errors import ConfigError, ModelNotFound
+from serve.management.urls import resolve_url
 
 log = logging.getLogger(__name__)
 ARCHIVE_SUFFIXES = (".mar", ".model", ".tar.gz", ".tgz")
@@ -56,3 +63,21 @@ def snapshot_defaults(snapshot: dict[str, Any] | None) -> list[tuple[str, str]]:
     """(name, version) of each default version the snapshot names."""
     models = (snapshot or {}).get("models") or {}
     return [(n, v) for n, versions in models.items() for v, e in versions.items() if e.get("defaultVersion")]
+
+
+async def check_snapshot_archives(jobs: list[dict[str, Any]], settings: Settings) -> None:
+    """ConfigError naming every snapshot model whose local archive is gone (see the module docstring)."""
+    missing = []
+    for job in jobs:
+        if urlsplit(job["url"]).scheme.lower() in ("http", "https"):
+            continue
+        try:
+            await resolve_url(job["url"], settings)
+        except ModelNotFound as e:
+            missing.append(f"{job['model_name']} ({e})")
+    if missing:
+        raise ConfigError(
+            f"the config snapshot in {settings.snapshot_dir} registers model(s) whose archive is gone: "
+            f"{'; '.join(missing)}. Put the archive(s) back in {settings.model_store}, start with --ncs to ignore "
+            "snapshots, or remove the snapshot files"
+        )

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 
 import pytest
 
 from serve.archive import package
-from serve.errors import InvalidInput, ModelNotFound, ServeError
+from serve.errors import ConfigError, InvalidInput, ModelNotFound, ServeError
 from serve.management.registry import ModelRegistry
 from serve.management.snapshot import latest_snapshot
 from serve.metrics import ServerMetrics
@@ -188,6 +189,27 @@ def test_snapshots_are_written_on_change_and_restored_on_start(tmp_path):
             await restored.start()
             d = restored.describe("m")[0]
             assert (d["batchSize"], d["minWorkers"], d["loadedAtStartup"]) == (3, 0, True)
+
+    run(scenario())
+
+
+def test_a_snapshot_whose_archive_is_gone_refuses_to_start(tmp_path):
+    root = model_dir(tmp_path, "m", CONTROL_HANDLER)
+    snapshots = tmp_path / "snapshots"
+
+    async def scenario():
+        async with running(tmp_path, ncs=False, snapshot_dir=snapshots) as reg:
+            await reg.register(root.name, initial_workers=0)
+            saved = latest_snapshot(snapshots)
+        shutil.rmtree(root)
+        restored = ModelRegistry(settings(tmp_path, model_snapshot=saved, snapshot_dir=snapshots), ServerMetrics())
+        try:
+            with pytest.raises(ConfigError, match=r"registers model\(s\) whose archive is gone: m .*--ncs"):
+                await restored.start()
+            assert restored.list_models()["models"] == []
+        finally:
+            await restored.shutdown(10)
+        assert latest_snapshot(snapshots) == saved  # no new snapshot forgot the model
 
     run(scenario())
 
