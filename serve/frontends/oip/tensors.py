@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -63,7 +64,7 @@ def check_shape(shape: Any) -> list[int]:
 
 
 def _count(shape: list[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(shape)  # Python ints: a shape past int64 is a mismatch (400), not an OverflowError (500)
 
 
 def from_json(data: Any, datatype: str, shape: Any, name: str = "") -> np.ndarray:
@@ -170,6 +171,9 @@ def _to_text(value: Any) -> str:
 
 
 def _bytes_elements(raw: bytes, count: int, name: str) -> np.ndarray:
+    if count * 4 > len(raw):  # each element has its 4-byte length: checked before allocating `count` slots
+        raise InvalidInput(f"input {name!r}: {len(raw)} bytes cannot hold {count} BYTES elements (4 bytes of length "
+                           "each at least): the data ends past the end of what was sent")  # fmt: skip
     out = np.empty(count, dtype=np.object_)
     at = 0
     for i in range(count):

@@ -79,6 +79,10 @@ def test_fp16_json_and_string_alias():
         (lambda: tensors.from_json(["a"], "INT32", [1]), "send numbers"),
         (lambda: tensors.from_json([1], "COMPLEX", [1]), "unknown datatype"),
         (lambda: tensors.from_json([1], "FP32", [-1]), "non-negative"),
+        (lambda: tensors.from_json([1], "FP32", [2**70]), "1 elements in data"),  # was OverflowError (500)
+        (lambda: tensors.from_json([], "FP32", [2**40, 2**40]), "0 elements in data"),  # int64 wrapped to 0
+        (lambda: tensors.from_bytes(b"\x00" * 4, "FP32", [2**70]), "4 bytes of FP32"),
+        (lambda: tensors.from_bytes(b"\x01\x00\x00\x00a", "BYTES", [2**70]), "past the end"),
         (lambda: tensors.from_bytes(b"\x00" * 7, "FP32", [2]), "7 bytes of FP32"),
         (lambda: tensors.from_bytes(b"\x05\x00\x00\x00ab", "BYTES", [1]), "past the end"),
         (lambda: tensors.from_bytes(b"\x01\x00\x00\x00ab", "BYTES", [1]), "left over"),
