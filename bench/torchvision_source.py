@@ -11,8 +11,8 @@ the reference logits on one seeded (1, 3, 224, 224) input, after every weight ma
 N(0, 1/fan_in) (torchvision's own init for some models, googlenet's std 0.01 for one, makes the activations vanish
 and the logits equal the last bias, which would compare nothing). Then the file that defines the builder is executed
 from the installed torchvision's directory under serve's torch compatibility (`import torch` -> serve, with the
-thin names of serve.compat.torch), the builder is called with weights=None, the torch state_dict is loaded
-strictly and the logits are compared: max |ours - torch| / max |torch|.
+thin names of serve.compat.torch), the builder is called with weights=None, the torch checkpoint (torch.save of the
+state_dict) is read with serve.load and loaded strictly and the logits are compared: max |ours - torch| / max |torch|.
 
 The loader (`TorchvisionSource`) puts torchvision's own modules in place of serve.compat.torchvision: every
 `torchvision.*` module is the installed file, except the package `__init__`s of torchvision, torchvision.models,
@@ -33,6 +33,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import io
 import sys
 import time
 import traceback
@@ -106,7 +107,8 @@ class _EmptyPackage(importlib.abc.Loader):
         module.__getattr__ = lookup  # type: ignore[method-assign]
 
 
-def reference(tv: Any, name: str, x: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+def reference(tv: Any, name: str, x: np.ndarray) -> tuple[bytes, np.ndarray, int]:
+    """torch's checkpoint (torch.save of the state_dict, as a user ships it), logits and parameter count."""
     import torch
 
     torch.manual_seed(0)
@@ -116,17 +118,18 @@ def reference(tv: Any, name: str, x: np.ndarray) -> tuple[dict[str, np.ndarray],
             if p.ndim >= 2:
                 p.normal_(0.0, (p[0].numel()) ** -0.5)
         logits = model(torch.from_numpy(x))
-    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    return state, logits.numpy(), sum(p.numel() for p in model.parameters())
+    checkpoint = io.BytesIO()
+    torch.save(model.state_dict(), checkpoint)  # keeps _metadata (module versions: mnasnet's loading reads them)
+    return checkpoint.getvalue(), logits.numpy(), sum(p.numel() for p in model.parameters())
 
 
-def ours(source: TorchvisionSource, module_name: str, name: str, state: dict[str, np.ndarray], x: np.ndarray) -> Any:
+def ours(source: TorchvisionSource, module_name: str, name: str, checkpoint: bytes, x: np.ndarray) -> Any:
     with torch_compat():
         source.install()
         try:
             module = importlib.import_module(module_name)
             model = getattr(module, name)(weights=None)
-            model.load_state_dict({k: serve.from_numpy(v) for k, v in state.items()}, strict=True)
+            model.load_state_dict(serve.load(io.BytesIO(checkpoint)), strict=True)
             model.eval()
             with serve.no_grad():
                 return model(serve.from_numpy(x)).numpy()
