@@ -38,6 +38,7 @@ _SIGNATURES = {
     "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
+    "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
 }
 _BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
 
@@ -54,7 +55,7 @@ class _Lib:
             fn = getattr(self.dll, fn_name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
-        self.maxpool = self.dll.sk_maxpool
+        self.maxpool, self.attention = self.dll.sk_maxpool, self.dll.sk_attention
         self.nr: int = self.dll.sk_nr()
         if name == _BF16:
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
@@ -129,6 +130,11 @@ _bf16: _Lib | None = _bf16_library()
 def available() -> bool:
     """True when the native kernels are loaded and may be called."""
     return _lib is not None
+
+
+def attention_kernel() -> Any:
+    """The loaded build's fused attention (serve.backend.cpu_attention calls it), or None."""
+    return None if _lib is None else _lib.attention
 
 
 def bf16_available() -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from serve.backend import cpu_blas, cpu_threads
+from serve.backend import cpu_attention, cpu_blas, cpu_threads
 
 # PyTorch computes 1/0, log(-1) and overflow silently (inf, nan); numpy warns. Silence numpy's floating-point
 # RuntimeWarnings raised from serve's own modules only: an np.errstate block per op would cost more than the op.
@@ -350,6 +350,14 @@ def masked_softmax(scores: np.ndarray, mask: np.ndarray | None, is_bool: bool, s
     # zero the scores of dead rows first, so the softmax never sees a row of -inf (NaN)
     zero = np.asarray(0, scores.dtype)
     return np.where(dead, zero, softmax(np.where(dead, zero, scores), -1))
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool, scale: float
+) -> np.ndarray | None:
+    """softmax(q @ k^T * scale + mask) @ v in one fused kernel (serve.backend.cpu_attention), or None where it
+    does not apply: the caller then runs matmul, masked_softmax and matmul."""
+    return cpu_attention.attention(q, k, v, mask, is_bool, safe, scale)
 
 
 # ---- matrix products ------------------------------------------------------------------------------

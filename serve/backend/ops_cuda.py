@@ -346,6 +346,11 @@ def log_softmax(a: cupy.ndarray, axis: int) -> cupy.ndarray:
     return out
 
 
+def attention(q: Any, k: Any, v: Any, mask: Any, is_bool: bool, safe: bool, scale: float) -> None:
+    """No fused attention kernel on CUDA yet: None sends the caller to matmul, masked_softmax (fused) and matmul."""
+    return None
+
+
 def masked_softmax(scores: cupy.ndarray, mask: Any, is_bool: bool, safe: bool) -> cupy.ndarray:
     """Attention's softmax over the last axis of `scores` (..., L, S), fused with its mask in one kernel: a bool
     mask keeps the True positions, a float mask is added; with `safe`, rows with no key left give zeros."""

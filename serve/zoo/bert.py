@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import serve
 from serve import nn
+from serve.nn import functional as F
 
 _ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),
@@ -122,15 +122,12 @@ class BertSelfAttention(nn.Module):
 
     def forward(self, hidden_states: serve.Tensor, attention_mask: serve.Tensor | None = None) -> serve.Tensor:
         b, t, _ = hidden_states.shape
-        # scaling q rather than the (T, T) scores: the same product, T / d times fewer multiplications
-        q = self._heads(self.query(hidden_states) * (1.0 / math.sqrt(self.attention_head_size)))
+        q = self._heads(self.query(hidden_states))
         k = self._heads(self.key(hidden_states))
         v = self._heads(self.value(hidden_states))
-        scores = q @ k.transpose(-1, -2)  # (B, H, T, T)
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = self.dropout(scores.softmax(dim=-1))
-        context = probs @ v  # (B, H, T, d)
+        # softmax(q k^T / sqrt(d) + mask) v, as Hugging Face's SDPA attention: serving runs it as one fused kernel
+        p = self.dropout.p if self.training else 0.0
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=p)  # (B, H, T, d)
         return context.permute(0, 2, 1, 3).reshape(b, t, self.all_head_size)  # (B, T, hidden)
 
 

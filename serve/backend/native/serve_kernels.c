@@ -425,6 +425,123 @@ int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, l
     return 0;
 }
 
+/* ---------------------------------------------------------------- attention */
+
+static inline float hmax(V v) {
+    float buf[VL], m = -__builtin_inff();
+    vstore(buf, v);
+    for (int i = 0; i < VL; i++)
+        m = buf[i] > m ? buf[i] : m;
+    return m;
+}
+
+static inline float hsum(V v) {
+    float buf[VL], t = 0.0f;
+    vstore(buf, v);
+    for (int i = 0; i < VL; i++)
+        t += buf[i];
+    return t;
+}
+
+/* p[s] = exp(x[s] - max) / sum for s < n, where x[s] = p[s] * scale + mask[s * ms] (ms 0: one value for the row,
+ * 1: a row of values; mask NULL: none). A row whose x are all -inf is zeros when `safe`, NaN otherwise (PyTorch's
+ * safe and plain softmax). The last n % VL columns go one at a time through lane 0. */
+static void softmax_row(float *p, long long n, float scale, const float *mask, long long ms, int safe) {
+    const float ninf = -__builtin_inff();
+    V vs = vset1(scale), vmx = vset1(ninf);
+    long long s = 0;
+    for (; s + VL <= n; s += VL) {
+        V x = vmul(vload(p + s), vs);
+        if (mask)
+            x = vadd(x, ms ? vload(mask + s) : vset1(mask[0]));
+        vstore(p + s, x);
+        vmx = vmax(vmx, x);
+    }
+    float mx = hmax(vmx);
+    for (; s < n; s++) {
+        p[s] = p[s] * scale + (mask ? mask[ms ? s : 0] : 0.0f);
+        mx = p[s] > mx ? p[s] : mx;
+    }
+    if (mx == ninf) {
+        float fill = safe ? 0.0f : __builtin_nanf("");
+        for (s = 0; s < n; s++)
+            p[s] = fill;
+        return;
+    }
+    V vm = vset1(mx), vsum = vzero();
+    for (s = 0; s + VL <= n; s += VL) {
+        V e = v_exp(vsub(vload(p + s), vm));
+        vstore(p + s, e);
+        vsum = vadd(vsum, e);
+    }
+    float sum = hsum(vsum), lane[VL];
+    for (; s < n; s++) {
+        vstore(lane, v_exp(vset1(p[s] - mx)));
+        p[s] = lane[0];
+        sum += lane[0];
+    }
+    V inv = vset1(1.0f / sum);
+    for (s = 0; s + VL <= n; s += VL)
+        vstore(p + s, vmul(vload(p + s), inv));
+    for (; s < n; s++)
+        p[s] *= 1.0f / sum;
+}
+
+/* out[b, h] = softmax(q[b, h] @ k[b, h]^T * scale + mask[b, h]) @ v[b, h] for the pairs i0 <= b * nh + h < i1.
+ * Per pair q is (L, E), k (S, E), v (S, Ev) and out (L, Ev), each row contiguous; st holds the strides in floats:
+ * st[0..2] q (batch, head, row), st[3..5] k, st[6..8] v, st[9..11] out, st[12..15] the additive float mask
+ * (batch, head, row, col; 0 where broadcast, col stride 0 or 1). K^T and V are packed into panels once per pair;
+ * MR query rows at a time go through the scores (one row block, in L1), their softmax, and the product with V,
+ * written straight into out: the (L, S) scores never exist whole. */
+int SK_EXPORT(attention)(const float *q, const float *k, const float *v, float *out, const float *mask,
+                         const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
+                         float scale, int safe, long long i0, long long i1) {
+    long long sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
+    float *kp = malloc(sizeof(float) * (size_t)(sp * E)), *vp = malloc(sizeof(float) * (size_t)(evp * NR * S));
+    float *sc = malloc(sizeof(float) * (size_t)(MR * sp));
+    if (!kp || !vp || !sc) {
+        free(kp), free(vp), free(sc);
+        return -1;
+    }
+    const float *ptrs[MR];
+    for (long long i = i0; i < i1; i++) {
+        long long b = i / nh, h = i % nh;
+        const float *qb = q + b * st[0] + h * st[1], *kb = k + b * st[3] + h * st[4], *vb = v + b * st[6] + h * st[7];
+        float *ob = out + b * st[9] + h * st[10];
+        const float *mb = mask ? mask + b * st[12] + h * st[13] : NULL;
+        memset(kp, 0, sizeof(float) * (size_t)(sp * E)); /* kp[panel][e][j] = k[panel * NR + j][e] */
+        for (long long s = 0; s < S; s++)
+            for (long long e = 0; e < E; e++)
+                kp[(s / NR) * E * NR + e * NR + s % NR] = kb[s * st[5] + e];
+        memset(vp, 0, sizeof(float) * (size_t)(evp * NR * S)); /* vp[panel][s][j] = v[s][panel * NR + j] */
+        for (long long s = 0; s < S; s++)
+            for (long long p = 0; p < evp; p++) {
+                long long n = Ev - p * NR < NR ? Ev - p * NR : NR;
+                memcpy(vp + (p * S + s) * NR, vb + s * st[8] + p * NR, sizeof(float) * (size_t)n);
+            }
+        for (long long r0 = 0; r0 < L; r0 += MR) {
+            int mr = (int)(L - r0 < MR ? L - r0 : MR);
+            for (int j = 0; j < MR; j++)
+                ptrs[j] = qb + (r0 + (j < mr ? j : 0)) * st[2];
+            for (long long p = 0; p < sp / NR; p++) {
+                Tile tl = {mr, NR, ACT_NONE, NULL, NULL, 0, sp, sc + p * NR};
+                ukernel(1, ptrs, E, kp + p * E * NR, &tl);
+            }
+            for (int j = 0; j < mr; j++)
+                softmax_row(sc + j * sp, S, scale, mb ? mb + (r0 + j) * st[14] : NULL, st[15], safe);
+            for (int j = 0; j < MR; j++)
+                ptrs[j] = sc + (j < mr ? j : 0) * sp;
+            for (long long p = 0; p < evp; p++) {
+                Tile tl = {mr, (int)(Ev - p * NR < NR ? Ev - p * NR : NR), ACT_NONE, NULL, NULL, 0, st[11],
+                           ob + r0 * st[11] + p * NR};
+                ukernel(1, ptrs, S, vp + p * S * NR, &tl);
+            }
+        }
+    }
+    free(kp), free(vp), free(sc);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- bfloat16 products (SK_BF16, AVX512-BF16)
  *
  * Packed bf16 weight: column panels of NR = 32, K padded to even (per tap, for convolutions), pairs (k, k + 1) of

@@ -45,7 +45,21 @@ def scaled_dot_product_attention(
     if is_causal:
         # top-left aligned, as PyTorch: row i sees keys 0..i, so no row is ever fully masked
         attn_mask = ones((query.shape[-2], key.shape[-2]), dtype=dtypes.bool, device=query.device).tril()
-    return _attention(query, key, value, attn_mask, scale, dropout_p, safe=not is_causal)[0]
+    return _attention_output(query, key, value, attn_mask, scale, dropout_p, safe=not is_causal)
+
+
+def _attention_output(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, dropout_p: float, safe: bool
+) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v alone. When nothing records a graph and there is no dropout, a backend's
+    fused `attention` primitive (where it has one and it applies) computes it without making the scores whole."""
+    mask, is_bool = _checked_mask(q, mask)
+    if dropout_p == 0.0 and not records(q, k, v, mask):
+        fused = getattr(q._ops, "attention", None)
+        out = None if fused is None else fused(q._data, k._data, v._data, unwrap(mask, True), is_bool, safe, scale)
+        if out is not None:
+            return wrap(out, q)
+    return _attention(q, k, v, mask, scale, dropout_p, safe)[0]
 
 
 def _attention(
@@ -55,14 +69,7 @@ def _attention(
 
     With `safe`, rows whose keys are all masked give zeros (PyTorch's safe softmax), else NaN (a plain softmax).
     """
-    is_bool = mask is not None and mask.dtype is dtypes.bool
-    if mask is not None and not is_bool and mask.dtype is not q.dtype:
-        if mask.dtype is not dtypes.float32:
-            raise RuntimeError(
-                "Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: "
-                f"{mask.dtype} and query.dtype: {q.dtype} instead."
-            )
-        mask = mask.to(q.dtype)  # the result keeps the query's dtype
+    mask, is_bool = _checked_mask(q, mask)
     on_arrays = dropout_p == 0.0 and not records(q, k, v, mask)
     m = math_for(on_arrays, q)
     qa, ka, va, ma = (unwrap(t, on_arrays) for t in (q, k, v, mask))
@@ -73,6 +80,19 @@ def _attention(
         probs = dropout(probs, dropout_p)
     out = m.matmul(probs, va)  # (..., L, Ev)
     return (wrap(out, q), wrap(probs, q)) if on_arrays else (out, probs)
+
+
+def _checked_mask(q: Tensor, mask: Tensor | None) -> tuple[Tensor | None, bool]:
+    """The mask as attention uses it (a float mask in the query's dtype) and whether it is a bool mask."""
+    is_bool = mask is not None and mask.dtype is dtypes.bool
+    if mask is not None and not is_bool and mask.dtype is not q.dtype:
+        if mask.dtype is not dtypes.float32:
+            raise RuntimeError(
+                "Expected attn_mask dtype to be bool or float or to match query dtype, but got attn_mask.dtype: "
+                f"{mask.dtype} and query.dtype: {q.dtype} instead."
+            )
+        mask = mask.to(q.dtype)  # the result keeps the query's dtype
+    return mask, is_bool
 
 
 def _masked_softmax(m: Any, scores: Any, mask: Any, is_bool: bool, safe: bool) -> Any:
