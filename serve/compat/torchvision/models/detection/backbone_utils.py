@@ -1,0 +1,50 @@
+"""`torchvision.models.detection.backbone_utils`: a ResNet body (IntermediateLayerGetter) with an FPN on top.
+
+Layers layer1..layer4 (as "0".."3") feed FeaturePyramidNetwork(256 channels) plus LastLevelMaxPool ("pool").
+`trainable_layers` only matters for training (which layers torchvision freezes); it is validated and recorded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import serve
+from serve import nn
+from serve.zoo.fpn import ExtraFPNBlock, FeaturePyramidNetwork, LastLevelMaxPool
+from serve.zoo.segmentation import IntermediateLayerGetter
+
+
+class BackboneWithFPN(nn.Module):
+    def __init__(self, backbone: nn.Module, return_layers: dict[str, str], in_channels_list: list[int],
+                 out_channels: int, extra_blocks: ExtraFPNBlock | None = None,
+                 norm_layer: Callable[..., nn.Module] | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.body = IntermediateLayerGetter(backbone, return_layers=return_layers)
+        self.fpn = FeaturePyramidNetwork(in_channels_list, out_channels, extra_blocks or LastLevelMaxPool(),
+                                         norm_layer)  # fmt: skip
+        self.out_channels = out_channels
+
+    def forward(self, x: serve.Tensor) -> OrderedDict[str, serve.Tensor]:
+        return self.fpn(self.body(x))
+
+
+def _resnet_fpn_extractor(backbone: nn.Module, trainable_layers: int, returned_layers: list[int] | None = None,
+                          extra_blocks: ExtraFPNBlock | None = None,
+                          norm_layer: Callable[..., nn.Module] | None = None) -> BackboneWithFPN:  # fmt: skip
+    if not 0 <= trainable_layers <= 5:
+        raise ValueError(f"Trainable layers should be in the range [0,5], got {trainable_layers}")
+    returned_layers = returned_layers or [1, 2, 3, 4]
+    if min(returned_layers) <= 0 or max(returned_layers) >= 5:
+        raise ValueError(f"Each returned layer should be in the range [1,4]. Got {returned_layers}")
+    return_layers = {f"layer{k}": str(v) for v, k in enumerate(returned_layers)}
+    stage2 = backbone.inplanes // 8  # type: ignore[operator]
+    in_channels_list = [stage2 * 2 ** (i - 1) for i in returned_layers]
+    return BackboneWithFPN(backbone, return_layers, in_channels_list, 256, extra_blocks, norm_layer)
+
+
+def _validate_trainable_layers(is_trained: bool, trainable_backbone_layers: int | None, max_value: int,
+                               default_value: int) -> int:  # fmt: skip
+    if not is_trained:
+        return max_value
+    return default_value if trainable_backbone_layers is None else trainable_backbone_layers
