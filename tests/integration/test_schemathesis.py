@@ -3,7 +3,8 @@
 
 The server runs the `lin` model (the built-in tensor handler), the model API on, token authorization off, and
 `allowed_urls` limited to the model store (no test reaches the network). Bounded: at most 10 generated cases per
-operation and a fixed seed, about a minute in all.
+operation and a fixed seed, about a minute in all. A run that schemathesis itself could not finish (a Python error
+inside the tool, no failure reported) is repeated once.
 
 One setting differs from schemathesis's defaults: `positive_data_acceptance` also accepts a 400. A request can
 match every schema of the document and still be wrong in ways a schema cannot state (`max_worker` below
@@ -32,11 +33,19 @@ expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429"]
 
 
 def _run(config: Path, url: str) -> subprocess.CompletedProcess[str]:
-    executable = Path(sys.executable).with_name("schemathesis")
-    cmd = [str(executable), "--config-file", str(config), "run", url + "/openapi.json", "--checks", "all",
-           "-n", str(MAX_EXAMPLES), "--seed", "1", "--no-shrink", "--workers", "2", "--request-timeout", "30",
-           "--warnings", "off"]  # fmt: skip
+    cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", url + "/openapi.json",
+           "--checks", "all", "-n", str(MAX_EXAMPLES), "--seed", "1", "--no-shrink", "--workers", "2",
+           "--request-timeout", "30", "--warnings", "off"]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _run_checked(config: Path, url: str) -> subprocess.CompletedProcess[str]:
+    """One run; run again once when schemathesis itself failed (a Python error inside hypothesis, such as CPython
+    3.11's "AST constructor recursion depth mismatch") without reporting a single failure of the server."""
+    done = _run(config, url)
+    if done.returncode != 0 and "Runtime Error" in done.stdout and "Failures:" not in done.stdout:
+        done = _run(config, url)
+    return done
 
 
 def test_schemathesis_finds_nothing_on_any_listener(tmp_path: Path) -> None:
@@ -48,7 +57,7 @@ def test_schemathesis_finds_nothing_on_any_listener(tmp_path: Path) -> None:
     flags = ("--ncs", "--disable-token-auth", "--enable-model-api", "--models", "lin=lin.mar")
     server = ServerProcess(tmp_path / "run", store, *flags, allowed_urls="file://.*").start()
     try:
-        results = {kind: _run(config, getattr(server, kind)) for kind in ("inference", "management", "metrics")}
+        results = {kind: _run_checked(config, getattr(server, kind)) for kind in ("inference", "management", "metrics")}
     finally:
         assert server.stop() == 0
     for kind, done in results.items():

@@ -146,7 +146,7 @@ V2_INFER = {
 }  # fmt: skip
 V1_INSTANCES = {
     "type": "object",
-    "properties": {"instances": {"type": "array", "minItems": 1}},
+    "properties": {"instances": {"type": "array"}},
     "required": ["instances"],
 }
 RAW_BODY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
