@@ -13,7 +13,7 @@ import serve
 from serve import nn
 
 # channels per conv, "M" for a 2x2 max pool
-CFGS: dict[str, list[int | str]] = {
+cfgs: dict[str, list[int | str]] = {
     "A": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "B": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "D": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
@@ -70,7 +70,7 @@ def make_layers(cfg: list[int | str], batch_norm: bool = False) -> nn.Sequential
 
 
 def _vgg(cfg: str, batch_norm: bool, kwargs: dict[str, Any]) -> VGG:
-    return VGG(make_layers(CFGS[cfg], batch_norm=batch_norm), **kwargs)
+    return VGG(make_layers(cfgs[cfg], batch_norm=batch_norm), **kwargs)
 
 
 def vgg11(**kwargs: Any) -> VGG:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import vgg as _zoo
-from serve.zoo.vgg import VGG, make_layers
+from serve.zoo.vgg import VGG, cfgs, make_layers
 
 VGG11_Weights = weights_enum("vgg11")
 VGG11_BN_Weights = weights_enum("vgg11_bn")
@@ -34,6 +34,7 @@ __all__ = [
     "VGG16_Weights",
     "VGG19_BN_Weights",
     "VGG19_Weights",
+    "cfgs",
     "make_layers",
     "vgg11",
     "vgg11_bn",
