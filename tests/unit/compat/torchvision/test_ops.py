@@ -322,4 +322,5 @@ def test_misc_layers_are_the_zoos_single_definitions() -> None:
     assert ops.Conv2dNormActivation is layers.Conv2dNormActivation
     assert ops.SqueezeExcitation is layers.SqueezeExcitation
     assert ops.StochasticDepth is layers.StochasticDepth
+    assert ops.FeaturePyramidNetwork is ops.feature_pyramid_network.FeaturePyramidNetwork
     assert math.isclose(ops.misc.stochastic_depth(serve.ones(2, 3), 0.5, "row", training=False).sum().item(), 6.0)
