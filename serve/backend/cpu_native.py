@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "conv2d_nhwc", "depthwise_nhwc", "gemm", "isa",
-           "max_pool_nhwc", "pack_conv_weight", "pack_weight", "round_bf16"]  # fmt: skip
+           "max_pool_nhwc", "pack_conv_weight", "pack_weight", "pack_winograd_weight", "round_bf16",
+           "winograd_nhwc"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish", "sigmoid")
 _ACT = {name: i for i, name in enumerate(ACTIVATIONS)}
@@ -38,6 +39,7 @@ _SIGNATURES = {
     "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
+    "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
 }
 _BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
@@ -55,7 +57,7 @@ class _Lib:
             fn = getattr(self.dll, fn_name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
-        self.maxpool, self.attention = self.dll.sk_maxpool, self.dll.sk_attention
+        self.maxpool, self.attention, self.winograd = self.dll.sk_maxpool, self.dll.sk_attention, self.dll.sk_winograd
         self.nr: int = self.dll.sk_nr()
         if name == _BF16:
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
@@ -380,6 +382,57 @@ def conv2d_nhwc(
                       p0, p1):  # fmt: skip
         raise MemoryError("conv2d_nhwc: out of memory for the tap pointers / bf16 input")
     return out
+
+
+# Winograd F(2x2, 3x3): U = G g G^T turns each 3x3 filter into the 4x4 one the transformed input tiles multiply
+_WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+
+def pack_winograd_weight(w: np.ndarray) -> PackedWeight:
+    """Transform a 3x3 conv weight (OC, IC, 3, 3) for winograd_nhwc and pack its 16 (IC, OC) matrices in panels:
+    data (16, panels, IC, nr), in float64 arithmetic then rounded once to float32."""
+    w = np.asarray(w)
+    if w.ndim != 4 or w.shape[2:] != (3, 3):
+        raise ValueError(f"pack_winograd_weight: expected a 3x3 conv weight (OC, IC, 3, 3), got shape {w.shape}")
+    u = np.einsum("ai,ocij,bj->abco", _WINO_G, w.astype(np.float64), _WINO_G).astype(np.float32)  # (4, 4, IC, OC)
+    packs = [_pack("pack_winograd_weight", u[a, b][None], "float32") for a in range(4) for b in range(4)]
+    return PackedWeight(np.stack([p.data for p in packs]), w.shape[1], w.shape[0], packs[0].nr)
+
+
+def winograd_nhwc(
+    x: np.ndarray,
+    packed: PackedWeight,
+    padding: tuple[int, int, int, int],
+    bias: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
+    act: str = "none",
+    out: np.ndarray | None = None,
+    tiles: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """3x3 stride-1 NHWC convolution of x (N, H, W, C) by Winograd F(2x2, 3x3), with pack_winograd_weight's
+    weight: out (N, OH, OW, OC) = act(conv + bias + residual). `tiles=(t0, t1)` computes only those 2x2 output
+    blocks of the flattened (N, ceil(OH / 2), ceil(OW / 2)) (`winograd_tiles` counts them)."""
+    lib = _need()
+    if packed.dtype != "float32" or packed.data.ndim != 4 or packed.data.shape[0] != 16 or packed.nr != lib.nr:
+        raise ValueError("winograd_nhwc: expected a weight from pack_winograd_weight for the loaded build")
+    _, _, _, _, pt, pl, _, _, oh, ow = _conv_geometry("winograd_nhwc", x, (3, 3), (1, 1), padding, (1, 1))
+    nb, h, w, c = x.shape
+    if packed.k != c:
+        raise ValueError(f"winograd_nhwc: the weight has {packed.k} input channels, x has {c}")
+    oc = packed.n
+    shape = (nb, oh, ow, oc)
+    b, r, code = _epilogue("winograd_nhwc", oc, shape, bias, residual, act)
+    out = _output("winograd_nhwc", out, shape)
+    t0, t1 = _span("winograd_nhwc", tiles, winograd_tiles(nb, oh, ow))
+    if t1 > t0 and lib.winograd(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, pt, pl, oh, ow, b, r,
+                                out.ctypes.data, code, t0, t1):  # fmt: skip
+        raise MemoryError("winograd_nhwc: out of memory for the transformed tiles")
+    return out
+
+
+def winograd_tiles(nb: int, oh: int, ow: int) -> int:
+    """How many 2x2 output blocks winograd_nhwc splits an (nb, oh, ow) output into."""
+    return nb * ((oh + 1) // 2) * ((ow + 1) // 2)
 
 
 def depthwise_nhwc(

@@ -181,6 +181,9 @@ class _Fused(Module):
                 times[name] = min(times[name], time.perf_counter() - start)
         choice = min(times, key=times.__getitem__) if times else names[0]
         self.choices[key], self.timings[key] = choice, times
+        kept = {kernels.packing(name) for name in self.choices.values()}
+        for unused in [k for k in self._packed if k not in kept]:  # the losers' packed weights: memory back
+            del self._packed[unused]
         return choice
 
     def _unfused_after(self, name: str, out: np.ndarray) -> None:
@@ -228,8 +231,11 @@ class PlannedConv2d(_Fused):
         return (h + t + b - dh * (kh - 1) - 1) // sh + 1, (w + l + r - dw * (kw - 1) - 1) // sw + 1
 
     def packed(self, dtype: str = "float32") -> Any:
+        """The weight packed for the native kernels: dtype "float32" or "bfloat16", or "winograd" (transformed)."""
         if dtype not in self._packed:
-            self._packed[dtype] = kernels.native().pack_conv_weight(self.weight, dtype=dtype)
+            nat = kernels.native()
+            self._packed[dtype] = (nat.pack_winograd_weight(self.weight) if dtype == "winograd"
+                                   else nat.pack_conv_weight(self.weight, dtype=dtype))  # fmt: skip
         return self._packed[dtype]
 
     def forward(self, x: Any) -> Tensor:
@@ -263,10 +269,11 @@ class PlannedConv2d(_Fused):
         """This layer on x now, with `res` (the in-place add's operand) added in the epilogue when given."""
         data = x._data
         name = self.choices[(data.shape, data.strides)]
+        act = None if res is None else self.act_after_add or "none"
+        if name == "native_nhwc_winograd":
+            return kernels.conv_winograd(self, data, residual=res, act=act)
         dtype = "bfloat16" if name.endswith("_bf16") else "float32"
-        if res is None:
-            return kernels.conv_native(self, data, dtype)
-        return kernels.conv_native(self, data, dtype, residual=res, act=self.act_after_add or "none")
+        return kernels.conv_native(self, data, dtype, residual=res, act=act)
 
     def after_residual(self, y: Tensor) -> None:
         """The add (and the activation after it) is in y: let the Skip of that activation pass y through."""
