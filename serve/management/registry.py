@@ -80,6 +80,7 @@ class ModelRegistry:
         self._lock = asyncio.Lock()
         self._closing = False
         self._starting = True  # until start() has loaded the startup models: /ping is not ready before that
+        self._started = False  # start() registered the startup models: a shutdown snapshot then records the models
         self._budget = ExtractionBudget(settings.max_extracted_bytes_total)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -100,12 +101,15 @@ class ModelRegistry:
             for name, version in snapshot_defaults(snapshot):
                 if version in self._models.get(name, {}):
                     self._defaults[name] = version
-            self._save()
+            self._save("startup")
+            self._started = True
         finally:
             self._starting = False
 
     async def shutdown(self, timeout: float) -> None:
         """Stop accepting requests, answer the queued and running ones (bounded by `timeout`), stop every worker."""
+        if self._started and not self._closing:
+            self._save("shutdown")
         self._closing = True
         versions = [mv for versions in self._models.values() for mv in versions.values()]
         await asyncio.gather(*(mv.close(timeout) for mv in versions), return_exceptions=True)
@@ -363,11 +367,11 @@ class ModelRegistry:
     def _next_id(self) -> str:
         return str(next(self._ids))
 
-    def _save(self) -> None:
+    def _save(self, kind: str = "snapshot") -> None:
         if self.settings.ncs or self._closing:
             return
         try:
-            write_snapshot(self.settings.snapshot_dir, self.snapshot())
+            write_snapshot(self.settings.snapshot_dir, self.snapshot(), kind)
         except (OSError, ConfigError) as e:
             log.warning("could not write the config snapshot to %s: %s", self.settings.snapshot_dir, e)
 

@@ -1,8 +1,11 @@
 """Config snapshots: the registered models saved on every change, restored on the next start unless `--ncs`.
 
     write_snapshot(settings.snapshot_dir, registry.snapshot())   # -> logs/config/20250317120000123-snapshot.cfg
+    write_snapshot(settings.snapshot_dir, models, "startup")     # -> ...-startup.cfg (also "shutdown")
     latest_snapshot(settings.snapshot_dir)                       # -> {"name": ..., "modelCount": 2, "models": {...}}
 
+As TorchServe, the registry writes `<stamp>-startup.cfg` once the startup models are registered, `-snapshot.cfg`
+after every change and `-shutdown.cfg` at a clean stop (not after a start that failed, which would record no models).
 The file is TorchServe's: a properties file with one `model_snapshot=<JSON>` line, the JSON being
 {"name": "<stamp>-snapshot.cfg", "modelCount": <number of model versions>, "models": {name: {version:
 {"defaultVersion", "marName", "minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout",
@@ -26,6 +29,7 @@ from serve.config import snapshots, values
 from serve.config.properties import format_property
 
 KEEP = 20
+KINDS = ("startup", "snapshot", "shutdown")
 HEADER = "# serve config snapshot: the registered models, restored on start unless --ncs\n"
 
 
@@ -34,11 +38,14 @@ def latest_snapshot(snapshot_dir: Path) -> dict[str, Any] | None:
     return snapshots.latest_snapshot(snapshot_dir)
 
 
-def write_snapshot(snapshot_dir: Path, models: dict[str, Any]) -> Path:
-    """Save `models` ({name: {version: {...}}}) as a new snapshot file; its path."""
+def write_snapshot(snapshot_dir: Path, models: dict[str, Any], kind: str = "snapshot") -> Path:
+    """Save `models` ({name: {version: {...}}}) as a new `<stamp>-<kind>.cfg` file; its path. `kind` is TorchServe's:
+    "startup" once the startup models are registered, "snapshot" after each change, "shutdown" at a clean stop."""
+    if kind not in KINDS:
+        raise ValueError(f"snapshot kind must be one of {KINDS}, got {kind!r}")
     values.models("model_snapshot.models", models)
     snapshot_dir.mkdir(parents=True, exist_ok=True)
-    name = f"{_next_stamp(snapshot_dir)}-snapshot.cfg"
+    name = f"{_next_stamp(snapshot_dir)}-{kind}.cfg"
     count = sum(len(versions) for versions in models.values())
     body = {"name": name, "modelCount": count, "models": models}
     path = snapshot_dir / name

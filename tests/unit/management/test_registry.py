@@ -193,6 +193,25 @@ def test_snapshots_are_written_on_change_and_restored_on_start(tmp_path):
     run(scenario())
 
 
+def test_startup_snapshot_and_shutdown_files_as_torchserve_writes_them(tmp_path):
+    root = model_dir(tmp_path, "m", CONTROL_HANDLER)
+    snapshots = tmp_path / "snapshots"
+
+    def kinds() -> list[str]:
+        return [p.name.split("-", 1)[1] for p in sorted(snapshots.iterdir()) if p.name.endswith(".cfg")]
+
+    async def scenario():
+        async with running(tmp_path, ncs=False, snapshot_dir=snapshots) as reg:
+            assert kinds() == ["startup.cfg"]
+            await reg.register(root.name, initial_workers=0)
+            assert kinds() == ["startup.cfg", "snapshot.cfg"]
+        assert kinds() == ["startup.cfg", "snapshot.cfg", "shutdown.cfg"]
+        saved = latest_snapshot(snapshots)  # the shutdown file: it holds the model
+        assert saved is not None and saved["name"].endswith("-shutdown.cfg") and list(saved["models"]) == ["m"]
+
+    run(scenario())
+
+
 def test_a_snapshot_whose_archive_is_gone_refuses_to_start(tmp_path):
     root = model_dir(tmp_path, "m", CONTROL_HANDLER)
     snapshots = tmp_path / "snapshots"
@@ -200,7 +219,7 @@ def test_a_snapshot_whose_archive_is_gone_refuses_to_start(tmp_path):
     async def scenario():
         async with running(tmp_path, ncs=False, snapshot_dir=snapshots) as reg:
             await reg.register(root.name, initial_workers=0)
-            saved = latest_snapshot(snapshots)
+        saved = latest_snapshot(snapshots)  # the shutdown file
         shutil.rmtree(root)
         restored = ModelRegistry(settings(tmp_path, model_snapshot=saved, snapshot_dir=snapshots), ServerMetrics())
         try:
@@ -209,7 +228,7 @@ def test_a_snapshot_whose_archive_is_gone_refuses_to_start(tmp_path):
             assert restored.list_models()["models"] == []
         finally:
             await restored.shutdown(10)
-        assert latest_snapshot(snapshots) == saved  # no new snapshot forgot the model
+        assert latest_snapshot(snapshots) == saved  # no startup or shutdown file forgot the model
 
     run(scenario())
 
