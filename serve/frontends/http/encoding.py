@@ -80,7 +80,7 @@ def accepted(accept_encoding: str | None) -> str | None:
     """The coding to answer in: the first of gzip, deflate that `Accept-Encoding` allows, else None."""
     if not accept_encoding:
         return None
-    allowed = set()
+    allowed, refused = set(), set()
     for item in accept_encoding.split(","):
         name, _, params = item.strip().partition(";")
         q = params.strip().removeprefix("q=").strip() if params.strip().startswith("q=") else "1"
@@ -88,9 +88,8 @@ def accepted(accept_encoding: str | None) -> str | None:
             weight = float(q)
         except ValueError:
             weight = 0.0
-        if weight > 0:
-            allowed.add(name.strip().lower())
-    return next((c for c in CODINGS if c in allowed or "*" in allowed), None)
+        (allowed if weight > 0 else refused).add(name.strip().lower())
+    return next((c for c in CODINGS if c in allowed or ("*" in allowed and c not in refused)), None)
 
 
 def compress(response: Response, accept_encoding: str | None) -> Response:

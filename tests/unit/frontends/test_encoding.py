@@ -41,3 +41,4 @@ def test_accepted_picks_gzip_then_deflate() -> None:
     assert accepted("deflate") == "deflate"
     assert accepted("br, deflate;q=0.5, gzip;q=0") == "deflate"
     assert accepted("identity") is None and accepted(None) is None
+    assert accepted("*") == "gzip" and accepted("gzip;q=0, *") == "deflate"
