@@ -67,7 +67,7 @@ def _notes(rows: list[tuple[Case, Result]]) -> list[str]:
     if errors:
         notes.append("- Largest output difference from the torch twin's, relative to its largest |value|, over the "
                      "cases: " + ", ".join(errors) + ".")  # fmt: skip
-    notes.append(f"- Not benchmarked: {' and '.join(MISSING)} (serve's zoo has neither).")
+    notes.append(f"- Not benchmarked: {' and '.join(MISSING)} (not in serve's zoo).")
     return notes
 
 

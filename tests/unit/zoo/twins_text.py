@@ -174,3 +174,49 @@ class LSTMClassifier(nn.Module):
         _, (h_n, _) = self.lstm(self.embedding(input_ids))
         last = torch.cat([h_n[-2], h_n[-1]], dim=1) if self.lstm.bidirectional else h_n[-1]
         return self.fc(last)
+
+
+class GPTTwin(nn.Module):
+    """A GPT-2-style decoder in plain torch with nanoGPT's module names (the twin of serve.zoo.gpt.GPT)."""
+
+    def __init__(self, n_layer=2, n_head=6, n_embd=384, vocab_size=50304, block_size=1024):
+        super().__init__()
+        self.n_head = n_head
+        self.transformer = nn.ModuleDict(
+            {
+                "wte": nn.Embedding(vocab_size, n_embd),
+                "wpe": nn.Embedding(block_size, n_embd),
+                "drop": nn.Dropout(0.0),
+                "h": nn.ModuleList([_GPTBlock(n_embd, n_head) for _ in range(n_layer)]),
+                "ln_f": nn.LayerNorm(n_embd),
+            }
+        )
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x)[:, -1:, :])
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = nn.Module()
+        self.attn.c_attn, self.attn.c_proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Module()
+        self.mlp.c_fc, self.mlp.c_proj = nn.Linear(n_embd, 4 * n_embd), nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.attn.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x))))
