@@ -75,7 +75,7 @@ def _app(name: str, settings: Settings, server_metrics: ServerMetrics, routers: 
     # routes match in order: FastAPI added its docs routes at creation; the API's own go before them
     docs = {app.openapi_url, app.docs_url, app.swagger_ui_oauth2_redirect_url}
     app.router.routes.sort(key=lambda route: getattr(route, "path", None) in docs)
-    app.add_exception_handler(ServeError, serve_error_handler)
+    app.add_exception_handler(ServeError, _serve_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     if settings.cors_allowed_origin:
@@ -112,6 +112,14 @@ def _cors(settings: Settings) -> dict[str, Any]:
         "allow_methods": split(settings.cors_allowed_methods),
         "allow_headers": split(settings.cors_allowed_headers),
     }
+
+
+async def _serve_error(request: Request, exc: Exception) -> Response:
+    """TorchServe's error body; a 405 (the model API is off) names in Allow the methods the path still answers."""
+    response = await serve_error_handler(request, exc)
+    if response.status_code == 405:
+        response.headers["Allow"] = ", ".join(m for m in allowed_methods(request) if m != request.method)
+    return response
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -105,3 +105,14 @@ def test_a_405_names_every_method_of_the_path(tmp_path):
         assert (await server.inference.get("/v2/no/such/path")).status_code == 404
 
     run(check, tmp_path)
+
+
+def test_a_405_for_the_model_api_being_off_names_what_still_works(tmp_path):
+    async def check(server: Server) -> None:
+        r = await server.management.post("/models?url=m.mar")
+        assert (r.status_code, r.json()["type"]) == (405, "MethodNotAllowedException")
+        assert r.headers["allow"] == "GET"
+        r = await server.management.delete("/models/m")
+        assert r.status_code == 405 and set(r.headers["allow"].split(", ")) == {"GET", "PUT"}
+
+    run(check, tmp_path, enable_model_api=False)
