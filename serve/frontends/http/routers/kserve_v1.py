@@ -10,7 +10,8 @@ Each instance is one request to the model's batcher, with the instance as its JS
 `POST /predictions/{m}` with that JSON gets, so the handler needs nothing v1-specific and the instances of one call
 are batched together; the request carries `x-serve-protocol: v1`, so a built-in image or text handler gets the
 instance's `data` (serve/batching/envelopes.py). A prediction that is not JSON is returned as text. Errors:
-`{"error": "<message>"}` with the status of `frontends.errors`; the first failing instance fails the call.
+`{"error": "<message>"}` with the status of `frontends.errors`; the first failing instance fails the call; an
+unknown model is a 404 even for an empty `instances` list.
 Decisions: `:explain` answers only `explanations` (KServe's explainers shape it their own way); routes need the
 inference key like `/predictions`; `GET /` needs none (a liveness probe).
 """
@@ -74,6 +75,8 @@ async def _run(request: Request, explain: bool) -> list[Any]:
     instances = body.get("instances", body.get("inputs")) if isinstance(body, dict) else None
     if not isinstance(instances, list):
         raise InvalidInput('the body must be {"instances": [...]} (or {"inputs": [...]}), one entry per prediction')
+    if not instances:  # nothing reaches the model to say it is unknown: ask the registry (ModelNotFound, a 404)
+        core.model_ready(dataplane, name)
     headers = dict(request.headers.items())
     return list(await asyncio.gather(*(_one(dataplane, name, i, headers, explain) for i in instances)))
 

@@ -14,7 +14,8 @@ unknown model, 503 not ready or queue full, 500 otherwise), as spec §1.7 asks; 
 Decisions: `/v2/health/*` are open like `/ping` (Kubernetes probes carry no key); every other v2 route needs the
 inference key, like `/predictions`. The v2 body goes through the same `max_request_size` check (its 413 keeps
 TorchServe's body); infer and explain read gzip/deflate bodies and compress answers on `Accept-Encoding`
-(http/encoding.py). Any other `/v2/...` path is a 404 in the v2 body; a v2 path with another method a 405.
+(http/encoding.py). Any other `/v2/...` path is a 404 in the v2 body; a v2 path with another method a 405; both
+echo the path as serve.archive.shown does a name (escaped, at most 64 characters).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from serve.archive import shown
 from serve.batching import json_values
 from serve.errors import InvalidInput, ModelNotFound, ModelNotReady
 from serve.frontends.dataplane import DataPlane
@@ -154,10 +156,10 @@ async def unknown(request: Request) -> Response:
     `/stats`, shared memory and repository load/unload are not served here); a v2 path with another method: 405."""
     allowed = allowed_methods(request, catch_all=False)
     if allowed:  # a v2 route with another method: 405 with Allow, as for any other path
-        message = f"method {request.method} is not allowed on {request.url.path}: use {', '.join(allowed)}"
+        message = f"method {request.method} is not allowed on {shown(request.url.path)}: use {', '.join(allowed)}"
         return json_response({"error": message}, 405, {"Allow": ", ".join(allowed)})
     routes = ", ".join(f"{method} {path}" for path, _, method in ROUTES)
-    raise ModelNotFound(f"no v2 route for {request.method} {request.url.path}: this server answers {routes}")
+    raise ModelNotFound(f"no v2 route for {request.method} {shown(request.url.path)}: this server answers {routes}")
 
 
 router = APIRouter()

@@ -75,7 +75,7 @@ def test_model_metadata_and_ready(tmp_path):
         r = await s.inference.get("/v2/models/mnist/versions/9.0/ready")
         assert r.status_code == 404
         r = await s.inference.get("/v2/models/mnist/stats")
-        assert r.status_code == 404 and "no v2 route for GET /v2/models/mnist/stats" in r.json()["error"]
+        assert r.status_code == 404 and "no v2 route for GET '/v2/models/mnist/stats'" in r.json()["error"]
 
     run(check, tmp_path, Registry())
 
@@ -216,6 +216,30 @@ def test_kserve_v1(tmp_path):
         assert r.status_code == 400 and "instances" in r.json()["error"]
         r = await s.inference.post("/v1/models/nope:predict", json={"instances": [1]})
         assert r.status_code == 404 and "error" in r.json()
+        for body in ({"instances": []}, {"inputs": []}):  # no instance reaches the model: still the model's 404
+            r = await s.inference.post("/v1/models/nope:predict", json=body)
+            assert r.status_code == 404 and r.json() == {"error": "Model not found: nope"}
+            r = await s.inference.post("/v1/models/nope:explain", json=body)
+            assert r.status_code == 404
+        r = await s.inference.post("/v1/models/mnist:predict", json={"instances": []})
+        assert r.status_code == 200 and r.json() == {"predictions": []}
+
+    run(check, tmp_path, Registry())
+
+
+def test_unknown_v2_path_is_echoed_bounded_and_escaped(tmp_path):
+    async def check(s):
+        long = "a" * 5000
+        short = (await s.inference.get("/v2/x")).json()["error"]
+        r = await s.inference.get(f"/v2/{long}")
+        error = r.json()["error"]
+        assert r.status_code == 404 and error.startswith("no v2 route for GET '/v2/aaa")
+        assert long not in error and "... (5004 characters)" in error and len(error) < len(short) + 100
+        r = await s.inference.get("/v2/models/mnist/trace%1b%07")  # control characters come back escaped
+        error = r.json()["error"]
+        assert r.status_code == 404 and "'/v2/models/mnist/trace\\x1b\\x07'" in error and "\x1b" not in error
+        r = await s.inference.put(f"/v2/models/{long}/infer", content=b"{}")  # a v2 route, another method: 405
+        assert r.status_code == 405 and long not in r.json()["error"] and "characters)" in r.json()["error"]
 
     run(check, tmp_path, Registry())
 
