@@ -6,8 +6,10 @@
 - management, on grpc_management_address:grpc_management_port (7071): TorchServe's ManagementAPIsService, health
   and reflection; token: the management key.
 
-Message size limits come from max_request_size (receive) and max_response_size (send), not grpcio's 4 MiB
-default. With enable_grpc_ssl both listen with TLS from certificate_file and private_key_file.
+Token auth is a server interceptor, installed only when token auth is on (fixed at start): without keys no Python
+runs per rpc before the servicer. Message size limits come from max_request_size (receive) and max_response_size
+(send), not grpcio's 4 MiB default. With enable_grpc_ssl both listen with TLS from certificate_file and
+private_key_file.
 The caller starts them (`await server.start()`) and stops them with a grace period (`await server.stop(grace)`).
 """
 
@@ -73,7 +75,9 @@ def _server(settings: Settings, auth: TokenAuth, kind: str) -> grpc.aio.Server:
     options = [("grpc.max_receive_message_length", settings.max_request_size),
                ("grpc.max_send_message_length", settings.max_response_size),
                ("grpc.so_reuseport", 0)]  # a port already taken fails loudly, as the REST listeners do  # fmt: skip
-    return grpc.aio.server(interceptors=[TokenInterceptor(auth, kind)], options=options)
+    # an interceptor costs every rpc a coroutine in grpc.aio: none when token auth is off (nothing to check)
+    interceptors = [TokenInterceptor(auth, kind)] if auth.enabled else None
+    return grpc.aio.server(interceptors=interceptors, options=options)
 
 
 def _add_health_and_reflection(server: grpc.aio.Server, healthy: Callable[[], bool], services: list[str]) -> None:
