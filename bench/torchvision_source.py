@@ -22,7 +22,7 @@ import datasets, io, detection and the compiled ops library, none of which a cla
 transforms.functional. One module is a stub: torchvision.transforms.functional (image preprocessing; the model
 files reach it only through the weights' preset transforms, transforms/_presets.py) gives just the real
 InterpolationMode enum, since its tensor path imports torch.nn.functional.grid_sample, which serve lacks.
-Models above --max-gflops (torchvision's weights metadata, at the weights' input size) are skipped (named in the
+Models above --max-gflops (torchvision's weights metadata, its smallest input size) are skipped (named in the
 output), and the run starts no new model after --budget seconds.
 """
 
@@ -138,8 +138,9 @@ def ours(source: TorchvisionSource, module_name: str, name: str, checkpoint: byt
 
 
 def gflops(tv: Any, name: str) -> float:
-    """The largest GFLOPS torchvision's weights metadata gives for the architecture (at the weights' input size)."""
-    return max((float(w.meta.get("_ops", 0.0)) for w in tv.models.get_model_weights(name)), default=0.0)
+    """The smallest GFLOPS torchvision's weights metadata gives for the architecture (the weights at the smallest
+    input size, usually 224; larger SWAG weights count more FLOPs for the same architecture)."""
+    return min((float(w.meta.get("_ops", 0.0)) for w in tv.models.get_model_weights(name)), default=0.0)
 
 
 def run_one(tv: Any, source: TorchvisionSource, name: str, max_gflops: float) -> tuple[str, str, float | None]:
