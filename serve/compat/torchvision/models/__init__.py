@@ -4,7 +4,7 @@ Definitions are serve.zoo's, written from the architectures' papers with torchvi
 arguments and state_dict keys, so torchvision checkpoints load strictly and give torchvision's logits. Builders
 take `weights=None` (random init) or a `*_Weights` member, read only from the local torch hub cache (serve never
 downloads). Submodules mirror torchvision's (`torchvision.models.resnet` has `ResNet`, `BasicBlock`, ...).
-Not here yet: swin_t/s/b (and v2), maxvit_t. Segmentation, detection and others are subpackages imported
+Not here yet: maxvit_t. Segmentation, detection and others are subpackages imported
 on first use (`models.segmentation`), so one that is missing or fails does not break the rest.
 """
 
@@ -24,6 +24,7 @@ from serve.compat.torchvision.models import (
     resnet,
     shufflenetv2,
     squeezenet,
+    swin_transformer,
     vgg,
     vision_transformer,
 )
@@ -214,6 +215,21 @@ from serve.compat.torchvision.models.squeezenet import (
     squeezenet1_0,
     squeezenet1_1,
 )
+from serve.compat.torchvision.models.swin_transformer import (
+    Swin_B_Weights,
+    Swin_S_Weights,
+    Swin_T_Weights,
+    Swin_V2_B_Weights,
+    Swin_V2_S_Weights,
+    Swin_V2_T_Weights,
+    SwinTransformer,
+    swin_b,
+    swin_s,
+    swin_t,
+    swin_v2_b,
+    swin_v2_s,
+    swin_v2_t,
+)
 from serve.compat.torchvision.models.vgg import (
     VGG,
     VGG11_BN_Weights,
@@ -359,6 +375,13 @@ __all__ = [
     "SqueezeNet",
     "SqueezeNet1_0_Weights",
     "SqueezeNet1_1_Weights",
+    "SwinTransformer",
+    "Swin_B_Weights",
+    "Swin_S_Weights",
+    "Swin_T_Weights",
+    "Swin_V2_B_Weights",
+    "Swin_V2_S_Weights",
+    "Swin_V2_T_Weights",
     "VGG11_BN_Weights",
     "VGG11_Weights",
     "VGG13_BN_Weights",
@@ -454,6 +477,13 @@ __all__ = [
     "squeezenet",
     "squeezenet1_0",
     "squeezenet1_1",
+    "swin_b",
+    "swin_s",
+    "swin_t",
+    "swin_transformer",
+    "swin_v2_b",
+    "swin_v2_s",
+    "swin_v2_t",
     "vgg",
     "vgg11",
     "vgg11_bn",
