@@ -36,7 +36,8 @@ def _run(config: Path, url: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run", url + "/openapi.json",
            "--checks", "all", "-n", str(MAX_EXAMPLES), "--seed", "1", "--no-shrink", "--workers", "2",
            "--request-timeout", "30", "--warnings", "off"]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    # in the test's directory: schemathesis keeps its cache and reports in ./.schemathesis
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=config.parent)
 
 
 def _run_checked(config: Path, url: str) -> subprocess.CompletedProcess[str]:
