@@ -1,9 +1,10 @@
-"""Feature Pyramid Network (Lin et al., 2017) as `torchvision.ops.FeaturePyramidNetwork`, with LastLevelMaxPool.
+"""Feature Pyramid Network (Lin et al., 2017) as `torchvision.ops.FeaturePyramidNetwork`, with its extra blocks.
 
 Each input level gets a 1x1 lateral conv (`inner_blocks.i.0`); from the coarsest level down, the running top-down
 map is upsampled (nearest) to the next level's size and added to its lateral; every sum gets a 3x3 conv
 (`layer_blocks.i.0`). LastLevelMaxPool adds a "pool" level: the coarsest output subsampled by 2 (max_pool 1x1,
-stride 2). Checkpoints from before torchvision 0.13 name the convs `inner_blocks.i.weight`; they are renamed on load.
+stride 2); LastLevelP6P7 (RetinaNet) adds "p6" and "p7" by strided 3x3 convs. Checkpoints from before
+torchvision 0.13 name the convs `inner_blocks.i.weight`; they are renamed on load.
 """
 
 from __future__ import annotations
@@ -70,3 +71,20 @@ class FeaturePyramidNetwork(nn.Module):
         if self.extra_blocks is not None:
             results, names = self.extra_blocks(results, feats, names)
         return OrderedDict(zip(names, results))
+
+
+class LastLevelP6P7(ExtraFPNBlock):
+    """RetinaNet's extra levels: P6 = 3x3 stride-2 conv of P5 (or of C5 when the channel counts differ), P7 = the
+    same on ReLU(P6); named "p6" and "p7"."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.p6 = nn.Conv2d(in_channels, out_channels, 3, 2, 1)
+        self.p7 = nn.Conv2d(out_channels, out_channels, 3, 2, 1)
+        self.use_P5 = in_channels == out_channels
+
+    def forward(self, p: list[serve.Tensor], c: list[serve.Tensor], names: list[str]
+                ) -> tuple[list[serve.Tensor], list[str]]:  # fmt: skip
+        p6 = self.p6(p[-1] if self.use_P5 else c[-1])
+        p7 = self.p7(F.relu(p6))
+        return [*p, p6, p7], [*names, "p6", "p7"]

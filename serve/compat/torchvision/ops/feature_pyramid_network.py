@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from serve.zoo.fpn import ExtraFPNBlock, FeaturePyramidNetwork, LastLevelMaxPool
+from serve.zoo.fpn import ExtraFPNBlock, FeaturePyramidNetwork, LastLevelMaxPool, LastLevelP6P7
 
-__all__ = ["ExtraFPNBlock", "FeaturePyramidNetwork", "LastLevelMaxPool"]
+__all__ = ["ExtraFPNBlock", "FeaturePyramidNetwork", "LastLevelMaxPool", "LastLevelP6P7"]

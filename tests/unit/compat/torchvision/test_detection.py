@@ -141,3 +141,32 @@ def test_fpn_matches_torchvision() -> None:
     assert list(got) == list(want) == ["a", "b", "c", "pool"]
     for k in want:
         np.testing.assert_allclose(got[k].detach().numpy(), want[k].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_retinanet_matches_torchvision(torchvision_detection) -> None:
+    import torch
+
+    # every candidate kept (no top-k or per-image cut), so near-equal scores of a random model cannot swap across
+    # a cut; the comparison is then of the whole detection set, by decreasing score
+    kwargs = {"min_size": 64, "max_size": 96, "score_thresh": 0.0, "topk_candidates": 10**6,
+              "detections_per_img": 10**6}  # fmt: skip
+    torch.manual_seed(0)
+    reference = torchvision_detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None, num_classes=3,
+                                                             **kwargs).eval()  # fmt: skip
+    ours = detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None, num_classes=3, **kwargs).eval()
+    assert list(ours.state_dict()) == list(reference.state_dict())
+    sd = _to_serve(reference.state_dict())
+    for i in range(4):  # the pre-0.13 names of the head convs load too
+        for kind in ("weight", "bias"):
+            key = f"head.classification_head.conv.{i}.0.{kind}"
+            sd[f"head.classification_head.conv.{2 * i}.{kind}"] = sd.pop(key)
+    ours.load_state_dict(sd)
+    image = np.random.default_rng(3).random((3, 70, 90), dtype=np.float32)
+    with torch.no_grad():
+        (want,) = reference([torch.from_numpy(image)])
+    with serve.no_grad():
+        (got,) = ours([serve.from_numpy(image)])
+    assert tuple(got["boxes"].shape) == tuple(want["boxes"].shape) and len(want["boxes"]) > 100
+    np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got["labels"].numpy(), want["labels"].numpy())
+    np.testing.assert_allclose(got["boxes"].numpy(), want["boxes"].numpy(), rtol=1e-4, atol=5e-3)  # pixels

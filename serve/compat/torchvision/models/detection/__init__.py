@@ -1,7 +1,8 @@
-"""`torchvision.models.detection` on serve, for inference: Faster R-CNN with a ResNet-50-FPN backbone
-(`fasterrcnn_resnet50_fpn`, `FasterRCNN`, its weights enum) and the parts it is built from (AnchorGenerator,
-RPN, RoIHeads, GeneralizedRCNNTransform, BackboneWithFPN), with torchvision's names and state_dict keys.
-Not here: RetinaNet, SSD/SSDlite, FCOS, Mask R-CNN and Keypoint R-CNN, and training (targets and losses).
+"""`torchvision.models.detection` on serve, for inference: Faster R-CNN and RetinaNet with a ResNet-50-FPN
+backbone (`fasterrcnn_resnet50_fpn`, `retinanet_resnet50_fpn`, their classes and weights enums) and the parts
+they are built from (AnchorGenerator, RPN, RoIHeads, GeneralizedRCNNTransform, BackboneWithFPN), with
+torchvision's names and state_dict keys. Not here: the v2 and MobileNet variants, SSD/SSDlite, FCOS, Mask R-CNN,
+Keypoint R-CNN, and training (targets and losses).
 """
 
 from __future__ import annotations
@@ -20,8 +21,27 @@ from serve.compat.torchvision.models.detection.faster_rcnn import (
     FasterRCNN_ResNet50_FPN_Weights,
     fasterrcnn_resnet50_fpn,
 )
+from serve.compat.torchvision.models.detection.retinanet import (
+    RetinaNet,
+    RetinaNet_ResNet50_FPN_Weights,
+    retinanet_resnet50_fpn,
+)
 
-__all__ = ["FasterRCNN", "FasterRCNN_ResNet50_FPN_Weights", "anchor_utils", "backbone_utils", "faster_rcnn",
-           "fasterrcnn_resnet50_fpn", "roi_heads", "rpn", "transform"]  # fmt: skip
+__all__ = [
+    "FasterRCNN",
+    "FasterRCNN_ResNet50_FPN_Weights",
+    "RetinaNet",
+    "RetinaNet_ResNet50_FPN_Weights",
+    "anchor_utils",
+    "backbone_utils",
+    "faster_rcnn",
+    "fasterrcnn_resnet50_fpn",
+    "retinanet",
+    "retinanet_resnet50_fpn",
+    "roi_heads",
+    "rpn",
+    "transform",
+]
 
-_api._BUILDERS[fasterrcnn_resnet50_fpn.__name__] = fasterrcnn_resnet50_fpn
+for _builder in (fasterrcnn_resnet50_fpn, retinanet_resnet50_fpn):
+    _api._BUILDERS[_builder.__name__] = _builder

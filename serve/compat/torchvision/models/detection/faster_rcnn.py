@@ -17,8 +17,8 @@ import numpy as np
 import serve
 import serve.nn.functional as F
 from serve import nn
-from serve.compat.torchvision.models._api import Weights, WeightsEnum
 from serve.compat.torchvision.models._utils import _ovewrite_value_param
+from serve.compat.torchvision.models.detection._weights import coco_weights
 from serve.compat.torchvision.models.detection.anchor_utils import AnchorGenerator
 from serve.compat.torchvision.models.detection.backbone_utils import _resnet_fpn_extractor, _validate_trainable_layers
 from serve.compat.torchvision.models.detection.roi_heads import RoIHeads
@@ -120,34 +120,10 @@ class FasterRCNN(GeneralizedRCNN):
         super().__init__(backbone, rpn, roi_heads, transform)
 
 
-def _coco_weights() -> Any:
-    from serve.compat.torchvision.models.detection._coco import COCO_CATEGORIES
-
-    meta = {"categories": COCO_CATEGORIES, "min_size": (1, 1), "num_params": 41755286,
-            "_metrics": {"COCO-val2017": {"box_map": 37.0}}}  # fmt: skip
-    url = "https://download.pytorch.org/models/fasterrcnn_resnet50_fpn_coco-258fb6c6.pth"
-    weights = Weights(url, _ObjectDetection, meta)
-    make: Any = WeightsEnum
-    return make("FasterRCNN_ResNet50_FPN_Weights", [("COCO_V1", weights), ("DEFAULT", weights)],
-                module="torchvision.models.detection.faster_rcnn")  # fmt: skip
-
-
-class _ObjectDetection:
-    """torchvision's ObjectDetection preset: PIL image or tensor -> float image in [0, 1] (no resize: the model's
-    transform resizes)."""
-
-    def __call__(self, img: Any) -> serve.Tensor:
-        from serve.compat.torchvision.transforms import functional as TF
-
-        if not isinstance(img, serve.Tensor):
-            img = TF.pil_to_tensor(img)
-        return TF.convert_image_dtype(img, serve.float32)
-
-    def __repr__(self) -> str:
-        return "ObjectDetection()"
-
-
-FasterRCNN_ResNet50_FPN_Weights = _coco_weights()
+FasterRCNN_ResNet50_FPN_Weights = coco_weights(
+    "FasterRCNN_ResNet50_FPN_Weights", "faster_rcnn",
+    "https://download.pytorch.org/models/fasterrcnn_resnet50_fpn_coco-258fb6c6.pth", 41755286, 37.0,
+)  # fmt: skip
 
 
 def fasterrcnn_resnet50_fpn(*, weights: Any = None, progress: bool = True, num_classes: int | None = None,
