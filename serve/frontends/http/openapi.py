@@ -1,4 +1,5 @@
-"""The listeners' OpenAPI documents, made true (issue 17 item 9): `document(app, generated)`.
+"""The listeners' OpenAPI documents, made true (issue 17 item 9): `document(routes, generated, settings)`, and the
+full `Allow` of a 405 (`allowed_methods`).
 
 FastAPI writes the document of its path operations from their signatures, which know neither what our routers read
 from the query string themselves (params.py) nor what they answer on failure, nor the plain Starlette routes of the
@@ -12,6 +13,7 @@ hot paths. This module finishes the generated document, in one place, from the r
   (frontends/errors.py) that the route can reach, with TorchServe's body `{code, type, message}` (v1 and v2 routes:
   `{"error": message}`); FastAPI's 422 is never declared, since a parameter it cannot convert is a 400 (app.py);
 - `/metrics` is Prometheus text (`text/plain`), not JSON.
+The connection-level answers of the HTTP limits (408, 414, 431) come before any route and are not listed.
 A plain route none of the patterns here describes is left out (FastAPI's /docs, the /v2 catch-all that answers
 404); tests/unit/frontends/test_openapi.py checks that every other route and method is in the document.
 """
@@ -48,7 +50,7 @@ STATUS_TEXT = {
     500: "The model could not be loaded, or its worker died",
     503: "No ready worker, the queue is full, or the handler failed (TorchServe's 'Prediction failed')",
     504: "No answer within the model's response_timeout",
-    507: "Out of GPU memory",
+    507: "Insufficient storage: out of GPU memory, or the archives would pass max_extracted_bytes_total",
 }
 INFERENCE_ERRORS = (400, 401, 404, 413, 500, 503, 504, 507)
 
@@ -97,7 +99,7 @@ def _management(settings: Settings) -> dict[tuple[str, str], tuple[tuple[int, ..
     scaled = (202, 206, *errors, 500, 503)
     return {
         ("get", "/models"): ((400, 401), listing),
-        ("post", "/models"): ((202, 206, 400, 401, 404, 405, 409, 500, 503), register),
+        ("post", "/models"): ((202, 206, 400, 401, 404, 405, 409, 500, 503, 507), register),
         ("get", "/models/{model_name}"): (errors, customized),
         ("get", "/models/{model_name}/{model_version}"): (errors, customized),
         ("put", "/models/{model_name}"): (scaled, _scale_parameters(settings, False)),
