@@ -9,7 +9,9 @@ imported (`with torch_compat(): ...`), these names resolve to serve:
                                   plus the thin names of serve.compat.torch (_assert, jit, fx, _C, hub, utils)
     torch.nn, torch.nn.functional, torch.nn.init, torch.nn.parameter, torch.nn.modules, torch.nn.utils,
     torch.autograd, torch.autograd.function, torch.cuda -> the serve modules of the same names (ALIASES)
-    torch.X.Y (any other)      -> serve.compat.torch.X.Y     (torch.jit, torch.fx, torch.utils.data, torch.hub, ...)
+    torch.X.Y (any other)      -> serve's module of that name under an alias (torch.nn.modules.conv ->
+                                  serve.nn.modules.conv), else serve.compat.torch.X.Y (torch.jit, torch.fx,
+                                  torch.utils.data, torch.hub, torch.nn.modules.utils, ...)
     torchvision, torchvision.X.Y -> serve.compat.torchvision, serve.compat.torchvision.X.Y
     ts, ts.X.Y                 -> serve.compat.ts, serve.compat.ts.X.Y
 
@@ -144,11 +146,19 @@ def torch_compat() -> Iterator[None]:
 
 
 def _compat_module(fullname: str) -> ModuleType | None:
-    """serve.compat's module for `fullname` (torch.X -> serve.compat.torch.X, ...), or None when it has none."""
+    """The module for `fullname`, or None: under an alias, serve's own submodule of the same name first
+    (torch.nn.modules.conv -> serve.nn.modules.conv); then serve.compat's (torch.X -> serve.compat.torch.X, ...)."""
     root, _, rest = fullname.partition(".")
-    target = PREFIXES[root] + ("." + rest if rest else "") if root in PREFIXES else None
-    if target is None:
-        return None
+    parent = next((a for a in sorted(ALIASES, key=len, reverse=True) if fullname.startswith(a + ".")), None)
+    if parent is not None:
+        found = _existing(ALIASES[parent] + fullname[len(parent) :])
+        if found is not None:
+            return found
+    return _existing(PREFIXES[root] + ("." + rest if rest else "")) if root in PREFIXES else None
+
+
+def _existing(target: str) -> ModuleType | None:
+    """The module named `target`, imported, or None when there is no such module."""
     if target in sys.modules:
         return sys.modules[target]
     try:

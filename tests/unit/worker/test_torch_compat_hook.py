@@ -122,3 +122,14 @@ def test_a_handler_importing_torch_gets_compat_by_default(tmp_path, monkeypatch,
             load_handler(context)
         return
     assert load_handler(context).handle([b"x"], context) == [[3.0, 5.0]]
+
+
+def test_a_torch_submodule_under_an_alias_is_serves_then_compats():
+    with torch_compat():
+        import torch.nn.modules.conv as conv
+        from torch.nn.modules.utils import _pair
+
+        assert conv is sys.modules["serve.nn.modules.conv"] and conv.Conv2d is serve.nn.Conv2d
+        assert _pair(3) == (3, 3) and _pair([1, 2]) == (1, 2)
+        with pytest.raises(ImportError, match=r"torch\.nn\.modules\.nope is not available"):
+            import torch.nn.modules.nope  # noqa: F401
