@@ -4,7 +4,7 @@ Definitions are serve.zoo's, written from the architectures' papers with torchvi
 arguments and state_dict keys, so torchvision checkpoints load strictly and give torchvision's logits. Builders
 take `weights=None` (random init) or a `*_Weights` member, read only from the local torch hub cache (serve never
 downloads). Submodules mirror torchvision's (`torchvision.models.resnet` has `ResNet`, `BasicBlock`, ...).
-Not here yet: maxvit_t. Segmentation, detection and others are subpackages imported
+Segmentation, detection and others are subpackages imported
 on first use (`models.segmentation`), so one that is missing or fails does not break the rest.
 """
 
@@ -18,6 +18,7 @@ from serve.compat.torchvision.models import (
     densenet,
     efficientnet,
     inception,
+    maxvit,
     mnasnet,
     mobilenet,
     regnet,
@@ -107,6 +108,11 @@ from serve.compat.torchvision.models.inception import (
     Inception_V3_Weights,
     InceptionOutputs,
     inception_v3,
+)
+from serve.compat.torchvision.models.maxvit import (
+    MaxVit,
+    MaxVit_T_Weights,
+    maxvit_t,
 )
 from serve.compat.torchvision.models.mnasnet import (
     MNASNet,
@@ -335,6 +341,8 @@ __all__ = [
     "MNASNet0_75_Weights",
     "MNASNet1_0_Weights",
     "MNASNet1_3_Weights",
+    "MaxVit",
+    "MaxVit_T_Weights",
     "MobileNetV2",
     "MobileNetV3",
     "MobileNet_V2_Weights",
@@ -435,6 +443,8 @@ __all__ = [
     "inception_v3",
     "list_models",
     "make_layers",
+    "maxvit",
+    "maxvit_t",
     "mnasnet",
     "mnasnet0_5",
     "mnasnet0_75",
