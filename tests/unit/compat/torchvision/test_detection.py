@@ -170,3 +170,35 @@ def test_retinanet_matches_torchvision(torchvision_detection) -> None:
     np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(got["labels"].numpy(), want["labels"].numpy())
     np.testing.assert_allclose(got["boxes"].numpy(), want["boxes"].numpy(), rtol=1e-4, atol=5e-3)  # pixels
+
+
+def test_ssdlite_matches_torchvision(torchvision_detection) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    reference = torchvision_detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None,
+                                                                    num_classes=4).eval()  # fmt: skip
+    ours = detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=4)
+    ours.eval()
+    assert list(ours.state_dict()) == list(reference.state_dict())
+    with torch.no_grad():  # torchvision's init (std 0.03) makes the features vanish, every score a tie: re-draw
+        for module in reference.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                module.weight.normal_(0.0, (1.0 / module.weight[0].numel()) ** 0.5)
+                if module.bias is not None:
+                    module.bias.uniform_(-0.1, 0.1)
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+        for block in reference.head.classification_head.module_list:
+            block[1].weight.mul_(20.0)  # class logits of spread ~1: distinct scores, none saturated
+    ours.load_state_dict(_to_serve(reference.state_dict()))
+    images = [np.random.default_rng(4).random((3, 200, 260), dtype=np.float32)]
+    with torch.no_grad():
+        (want,) = reference([torch.from_numpy(i) for i in images])
+    with serve.no_grad():
+        (got,) = ours([serve.from_numpy(i) for i in images])
+    assert tuple(got["boxes"].shape) == tuple(want["boxes"].shape) and len(want["boxes"]) > 100
+    np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got["labels"].numpy(), want["labels"].numpy())
+    np.testing.assert_allclose(got["boxes"].numpy(), want["boxes"].numpy(), rtol=1e-4, atol=5e-3)  # pixels

@@ -1,8 +1,9 @@
 """`torchvision.models.detection` on serve, for inference: Faster R-CNN and RetinaNet with a ResNet-50-FPN
-backbone (`fasterrcnn_resnet50_fpn`, `retinanet_resnet50_fpn`, their classes and weights enums) and the parts
-they are built from (AnchorGenerator, RPN, RoIHeads, GeneralizedRCNNTransform, BackboneWithFPN), with
-torchvision's names and state_dict keys. Not here: the v2 and MobileNet variants, SSD/SSDlite, FCOS, Mask R-CNN,
-Keypoint R-CNN, and training (targets and losses).
+backbone and SSDlite on MobileNetV3-Large (`fasterrcnn_resnet50_fpn`, `retinanet_resnet50_fpn`,
+`ssdlite320_mobilenet_v3_large`, their classes and weights enums) and the parts they are built from
+(AnchorGenerator, DefaultBoxGenerator, RPN, RoIHeads, GeneralizedRCNNTransform, BackboneWithFPN), with
+torchvision's names and state_dict keys. Not here: the v2 and MobileNet Faster R-CNN variants, ssd300_vgg16,
+FCOS, Mask R-CNN, Keypoint R-CNN, and training (targets and losses).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from serve.compat.torchvision.models.detection import (
     faster_rcnn,
     roi_heads,
     rpn,
+    ssd,
+    ssdlite,
     transform,
 )
 from serve.compat.torchvision.models.detection.faster_rcnn import (
@@ -26,12 +29,19 @@ from serve.compat.torchvision.models.detection.retinanet import (
     RetinaNet_ResNet50_FPN_Weights,
     retinanet_resnet50_fpn,
 )
+from serve.compat.torchvision.models.detection.ssd import SSD
+from serve.compat.torchvision.models.detection.ssdlite import (
+    SSDLite320_MobileNet_V3_Large_Weights,
+    ssdlite320_mobilenet_v3_large,
+)
 
 __all__ = [
+    "SSD",
     "FasterRCNN",
     "FasterRCNN_ResNet50_FPN_Weights",
     "RetinaNet",
     "RetinaNet_ResNet50_FPN_Weights",
+    "SSDLite320_MobileNet_V3_Large_Weights",
     "anchor_utils",
     "backbone_utils",
     "faster_rcnn",
@@ -40,8 +50,11 @@ __all__ = [
     "retinanet_resnet50_fpn",
     "roi_heads",
     "rpn",
+    "ssd",
+    "ssdlite",
+    "ssdlite320_mobilenet_v3_large",
     "transform",
 ]
 
-for _builder in (fasterrcnn_resnet50_fpn, retinanet_resnet50_fpn):
+for _builder in (fasterrcnn_resnet50_fpn, retinanet_resnet50_fpn, ssdlite320_mobilenet_v3_large):
     _api._BUILDERS[_builder.__name__] = _builder

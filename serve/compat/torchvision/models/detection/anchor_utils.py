@@ -7,6 +7,7 @@ w = s / sqrt(r), rounded to integers, as torchvision's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -54,3 +55,54 @@ class AnchorGenerator(nn.Module):
             levels.append((shifts + base[None]).reshape(-1, 4))  # (H * W * A, 4), cell-major as torchvision
         anchors = np.concatenate(levels)
         return [anchors for _ in image_list.image_sizes]
+
+
+class DefaultBoxGenerator(nn.Module):
+    """SSD's default boxes (Liu et al., 2016): per level k, at every cell centre ((i + 0.5) / f_k), boxes of scale
+    s_k and sqrt(s_k * s_k+1) (square) and s_k with each aspect ratio and its inverse; scales spaced linearly
+    from min_ratio to max_ratio (then 1.0), sizes clipped to [0, 1] and scaled to the padded batch's size."""
+
+    def __init__(self, aspect_ratios: list[list[int]], min_ratio: float = 0.15, max_ratio: float = 0.9,
+                 scales: list[float] | None = None, steps: list[int] | None = None, clip: bool = True
+                 ) -> None:  # fmt: skip
+        super().__init__()
+        if steps is not None and len(aspect_ratios) != len(steps):
+            raise ValueError("aspect_ratios and steps should have the same length")
+        self.aspect_ratios, self.steps, self.clip = aspect_ratios, steps, clip
+        n = len(aspect_ratios)
+        if scales is not None:
+            self.scales = list(scales)
+        elif n > 1:
+            self.scales = [min_ratio + (max_ratio - min_ratio) * k / (n - 1.0) for k in range(n)] + [1.0]
+        else:
+            self.scales = [min_ratio, max_ratio]
+        self._wh_pairs = [self._wh(k) for k in range(n)]
+
+    def _wh(self, k: int) -> np.ndarray:
+        s_k, s_next = self.scales[k], math.sqrt(self.scales[k] * self.scales[k + 1])
+        pairs = [[s_k, s_k], [s_next, s_next]]
+        for ar in self.aspect_ratios[k]:
+            w, h = s_k * math.sqrt(ar), s_k / math.sqrt(ar)
+            pairs += [[w, h], [h, w]]
+        return np.asarray(pairs, dtype=np.float32)  # (2 + 2 * ratios, 2)
+
+    def num_anchors_per_location(self) -> list[int]:
+        return [2 + 2 * len(r) for r in self.aspect_ratios]
+
+    def forward(self, image_list: ImageList, feature_maps: list[serve.Tensor]) -> list[np.ndarray]:
+        image_h, image_w = (int(s) for s in image_list.tensors.shape[-2:])
+        levels = []
+        for k, fmap in enumerate(feature_maps):
+            fh, fw = (int(s) for s in fmap.shape[-2:])
+            y_f, x_f = (image_h / self.steps[k], image_w / self.steps[k]) if self.steps else (fh, fw)
+            shift_y, shift_x = np.meshgrid(((np.arange(fh) + 0.5) / y_f).astype(np.float32),
+                                           ((np.arange(fw) + 0.5) / x_f).astype(np.float32), indexing="ij")  # fmt: skip
+            wh = np.clip(self._wh_pairs[k], 0, 1) if self.clip else self._wh_pairs[k]
+            centres = np.repeat(np.stack([shift_x.reshape(-1), shift_y.reshape(-1)], axis=1), len(wh), axis=0)
+            sizes = np.tile(wh, (fh * fw, 1))
+            levels.append(np.concatenate([centres, sizes], axis=1))  # (cx, cy, w, h), cell-major
+        boxes = np.concatenate(levels)
+        scale = np.asarray([image_w, image_h], dtype=np.float32)
+        centre, half = boxes[:, :2], 0.5 * boxes[:, 2:]
+        corners = np.concatenate([(centre - half) * scale, (centre + half) * scale], axis=1)  # (x1, y1, x2, y2)
+        return [corners.astype(np.float32) for _ in image_list.image_sizes]
