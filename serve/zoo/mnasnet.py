@@ -2,8 +2,10 @@
 
 mnasnet0_5/0_75/1_0/1_3 scale the B1 network's widths by alpha (rounded to multiples of 8, never more than 10%
 down). BatchNorm momentum 0.0003 (TensorFlow's decay 0.9997). Keys: `layers.0..16`, `classifier.1`. This is
-torchvision's current (version 2) layout, where the stem scales with alpha too; torchvision's mnasnet0_5
-checkpoint was saved with the version 1 stem (32 and 16 channels whatever alpha) and does not load here.
+torchvision's current (version 2) layout, where the stem scales with alpha too. torchvision's mnasnet0_5
+checkpoint was saved with the version 1 stem (32 and 16 channels whatever alpha): `load_state_dict` recognizes
+it by the first conv's width and switches the first nine layers to that stem before loading, as torchvision does
+(it reads a version number the checkpoint's metadata carries; serve reads the shapes).
 """
 
 from __future__ import annotations
@@ -86,6 +88,25 @@ class MNASNet(nn.Module):
 
     def forward(self, x: serve.Tensor) -> serve.Tensor:
         return self.classifier(self.layers(x).mean([2, 3]))  # global average pool: (N, 1280)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        first = state_dict.get("layers.0.weight") if hasattr(state_dict, "get") else None
+        if first is not None and first.shape[0] == 32 and self.layers[0].out_channels != 32:
+            self._use_v1_stem()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _use_v1_stem(self) -> None:
+        """Version 1's stem: 32 -> 16 channels whatever alpha, then the first stack from 16 channels."""
+        d, m = _get_depths(self.alpha), _BN_MOMENTUM
+        stem = [
+            nn.Conv2d(3, 32, 3, padding=1, stride=2, bias=False), nn.BatchNorm2d(32, momentum=m), nn.ReLU(inplace=True),
+            nn.Conv2d(32, 32, 3, padding=1, stride=1, groups=32, bias=False), nn.BatchNorm2d(32, momentum=m),
+            nn.ReLU(inplace=True), nn.Conv2d(32, 16, 1, padding=0, stride=1, bias=False),
+            nn.BatchNorm2d(16, momentum=m), _stack(16, d[2], 3, 2, 3, 3, m),
+        ]  # fmt: skip
+        for i, layer in enumerate(stem):
+            self.layers[i] = layer
+        self._version = 1
 
 
 def mnasnet0_5(**kwargs: Any) -> MNASNet:

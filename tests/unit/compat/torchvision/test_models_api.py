@@ -141,3 +141,31 @@ def test_a_torchserve_model_file_subclasses_resnet_from_the_submodule():
     assert [(k, tuple(v.shape)) for k, v in ImageClassifier().state_dict().items()] == want
     out = ImageClassifier().eval()(serve.zeros(1, 3, 32, 32))
     assert tuple(out.shape) == (1, 1000)
+
+
+def test_mnasnet0_5_loads_torchvisions_version_1_checkpoint(hub, monkeypatch):
+    """torchvision's published mnasnet0_5 weights keep the version 1 stem (32 -> 16 channels)."""
+    import torch
+
+    tv = reference_torchvision()
+    theirs = tv.models.mnasnet0_5()
+    theirs.load_state_dict(_v1_stem_checkpoint(tv, torch))  # torchvision switches to the v1 stem by metadata
+    fill_(theirs).eval()
+    assert tuple(theirs.state_dict()["layers.0.weight"].shape) == (32, 3, 3, 3)
+    _cache(hub, models.MNASNet0_5_Weights.IMAGENET1K_V1, theirs.state_dict())
+    cheap_init(monkeypatch)
+    max_rel_diff(models.mnasnet0_5(weights="DEFAULT").eval(), theirs, images(32))
+
+
+def _v1_stem_checkpoint(tv, torch):
+    """A state_dict torchvision reads as version 1: the v1 stem's shapes and `_metadata` version 1."""
+    v1 = tv.models.mnasnet1_0()  # alpha 1.0 has the v1 stem's widths for layers 0-7
+    donor = tv.models.mnasnet0_5().state_dict()
+    sd = {k: (v1.state_dict()[k] if int(k.split(".")[1]) < 8 else donor[k]) for k in donor}
+    sd = {k: v for k, v in sd.items() if not k.startswith("layers.8.")}
+    stack = tv.models.mnasnet._stack(16, 16, 3, 2, 3, 3, 1 - 0.9997).state_dict()
+    sd.update({f"layers.8.{k}": v for k, v in stack.items()})
+    out = torch.nn.Module().state_dict()
+    out.update(sd)
+    out._metadata = {"": {"version": 1}}
+    return out
