@@ -1,7 +1,11 @@
 """Reference models written with serve.nn whose state_dict keys equal the PyTorch originals.
 
-Vision: MLP, LeNet, ResNet (resnet18/34/50), MobileNetV2, VisionTransformer (vit_b_16). Text: BertModel,
-LSTMClassifier, and sentence-transformers pipelines (`all_minilm_l6_v2()`).
+Vision: MLP, LeNet, and every torchvision classification family, one module each with torchvision's module names,
+constructor arguments and keys: resnet (ResNet, ResNeXt, Wide ResNet), alexnet, vgg, squeezenet, densenet,
+googlenet, inception, mobilenet (V2), mobilenetv3, mnasnet, shufflenetv2, efficientnet (B0-B7, V2), regnet,
+convnext, vit, swin (V1, V2), maxvit; their shared blocks in `layers` (Conv2dNormActivation, SqueezeExcitation,
+StochasticDepth, ...). `serve.compat.torchvision.models` puts torchvision's builders and weights enums on them.
+Text: BertModel, LSTMClassifier, and sentence-transformers pipelines (`all_minilm_l6_v2()`).
 """
 
 from serve.zoo.bert import BaseModelOutputWithPooling, BertConfig, BertModel
