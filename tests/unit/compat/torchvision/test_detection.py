@@ -112,7 +112,7 @@ def test_builder_arguments_and_weights_enum(torchvision_detection) -> None:
     assert [m.name for m in enum] == [m.name for m in torchvision_detection.FasterRCNN_ResNet50_FPN_Weights]
     with pytest.raises(ValueError, match="num_classes"):
         detection.fasterrcnn_resnet50_fpn(weights="DEFAULT", num_classes=3)
-    model = detection.fasterrcnn_resnet50_fpn(weights_backbone=None, num_classes=4).eval()
+    model = detection.fasterrcnn_resnet50_fpn(weights_backbone=None, num_classes=4, min_size=64, max_size=96).eval()
     with pytest.raises(NotImplementedError, match="inference only"):
         model([serve.rand(3, 64, 64)], [{"boxes": serve.zeros(0, 4)}])
     out = model([serve.rand(3, 64, 80)])  # autograd on, as a handler without no_grad() calls it
