@@ -11,6 +11,7 @@ settings, categories, accuracy) are torchvision's published ones (`_weights_tabl
 from __future__ import annotations
 
 import fnmatch
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -185,12 +186,24 @@ def get_model(name: str, **config: Any) -> Any:
 
 
 def get_model_weights(name: str | Builder) -> type[WeightsEnum]:
-    """The weights enum of a model, by name or builder."""
+    """The weights enum of a model, by name or builder (also of builders other packages registered, such as
+    `models.segmentation`'s: found beside the builder by torchvision's naming, fcn_resnet50 -> FCN_ResNet50_Weights)."""
     key = name if isinstance(name, str) else getattr(name, "__name__", "")
     key = key.lower()
-    if key not in WEIGHTS:
-        raise ValueError(f"Unknown model {name!r}: no published weights for it")
-    return weights_enum(key)
+    if key in WEIGHTS:
+        return weights_enum(key)
+    want = key.replace("_", "")
+    for enum in _enums_beside(_BUILDERS.get(key)):
+        if enum.__name__.lower().removesuffix("_weights").replace("_", "") == want:
+            return enum
+    raise ValueError(f"Unknown model {name!r}: no published weights for it")
+
+
+def _enums_beside(builder: Builder | None) -> list[type[WeightsEnum]]:
+    """The WeightsEnum classes in the module that defines `builder`."""
+    module = sys.modules.get(getattr(builder, "__module__", "") or "")
+    found = vars(module).values() if module is not None else ()
+    return [v for v in found if isinstance(v, type) and issubclass(v, WeightsEnum) and v is not WeightsEnum]
 
 
 def get_weight(name: str) -> Any:
@@ -199,4 +212,8 @@ def get_weight(name: str) -> Any:
     for model, (cls_name, _default, _rows) in WEIGHTS.items():
         if cls_name == enum_name:
             return weights_enum(model).verify(member)
+    for builder in list(_BUILDERS.values()):
+        for enum in _enums_beside(builder):
+            if enum.__name__ == enum_name:
+                return enum.verify(member)
     raise ValueError(f"Unknown weights enum {enum_name!r} in {name!r}: expected e.g. 'ResNet50_Weights.IMAGENET1K_V2'")

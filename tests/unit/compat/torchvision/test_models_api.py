@@ -169,3 +169,14 @@ def _v1_stem_checkpoint(tv, torch):
     out.update(sd)
     out._metadata = {"": {"version": 1}}
     return out
+
+
+def test_get_model_weights_finds_the_enums_of_builders_other_subpackages_register():
+    segmentation = pytest.importorskip("serve.compat.torchvision.models.segmentation")
+    tv = reference_torchvision()
+    names = models.list_models(module=segmentation)
+    assert "fcn_resnet50" in names
+    for name in names:
+        assert models.get_model_weights(name).__name__ == tv.models.get_model_weights(name).__name__
+    fcn = models.get_weight("FCN_ResNet50_Weights.COCO_WITH_VOC_LABELS_V1")
+    assert fcn is segmentation.FCN_ResNet50_Weights.DEFAULT
