@@ -74,6 +74,12 @@ def _sample_matrix(start: float, size: float, bins: int, grid: int, n: int) -> n
     return weights
 
 
+def _support(weights: np.ndarray) -> slice:
+    """The columns holding a nonzero weight, as one slice (empty when there are none)."""
+    used = np.flatnonzero(weights.any(axis=0))
+    return slice(int(used[0]), int(used[-1]) + 1) if used.size else slice(0, 0)
+
+
 def roi_align(input: serve.Tensor, boxes: Any, output_size: Any, spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: bool = False) -> serve.Tensor:  # fmt: skip
     """(K, C, out_h, out_w): each box of `boxes` (image coordinates, times spatial_scale) pooled from `input`."""
@@ -93,7 +99,9 @@ def roi_align(input: serve.Tensor, boxes: Any, output_size: Any, spatial_scale: 
         grid_w = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_w / out_w)
         rows = _sample_matrix(y1, roi_h, out_h, grid_h, height).astype(x.dtype)  # (out_h, H)
         cols = _sample_matrix(x1, roi_w, out_w, grid_w, width).astype(x.dtype)  # (out_w, W)
-        out[k] = rows @ x[int(b)] @ cols.T  # (out_h, H) @ (C, H, W) @ (W, out_w) -> (C, out_h, out_w)
+        ys, xs = _support(rows), _support(cols)  # only the pixels the box samples: its window of the map
+        window = x[int(b), :, ys, xs]  # (C, h, w)
+        out[k] = rows[:, ys] @ window @ cols[:, xs].T  # (out_h, h) @ (C, h, w) @ (w, out_w) -> (C, out_h, out_w)
     return tensor(out, input)
 
 
