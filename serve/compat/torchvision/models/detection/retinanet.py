@@ -57,7 +57,7 @@ class _Branch(nn.Module):
 
     def forward(self, x: list[serve.Tensor]) -> list[np.ndarray]:
         out = getattr(self, self._out_name)
-        return [_flatten(out(self.conv(f)).detach().numpy(), self._per_anchor) for f in x]  # each (N, HWA, K)
+        return [_flatten(out(self.conv(f)).detach().cpu().numpy(), self._per_anchor) for f in x]  # each (N, HWA, K)
 
 
 class RetinaNetClassificationHead(_Branch):

@@ -54,7 +54,7 @@ class RoIHeads(nn.Module):
         boxes = [serve.from_numpy(np.ascontiguousarray(p)) for p in proposals]
         pooled = self.box_roi_pool(features, boxes, image_shapes)  # (R, C, 7, 7)
         class_logits, box_regression = self.box_predictor(self.box_head(pooled))
-        logits, deltas = class_logits.detach().numpy(), box_regression.detach().numpy()
+        logits, deltas = class_logits.detach().cpu().numpy(), box_regression.detach().cpu().numpy()
         result, start = [], 0
         for p, size in zip(proposals, image_shapes):
             stop = start + len(p)

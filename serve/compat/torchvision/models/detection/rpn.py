@@ -96,8 +96,8 @@ class RegionProposalNetwork(nn.Module):
         objectness, deltas = self.head(maps)
         anchors = self.anchor_generator(images, maps)
         per_level = [int(o.shape[1] * o.shape[2] * o.shape[3]) for o in objectness]
-        obj = np.concatenate([_flatten(o.detach().numpy(), 1) for o in objectness], axis=1)[..., 0]  # (N, anchors)
-        reg = np.concatenate([_flatten(d.detach().numpy(), 4) for d in deltas], axis=1)  # (N, anchors, 4)
+        obj = np.concatenate([_flatten(o.detach().cpu().numpy(), 1) for o in objectness], axis=1)[..., 0]  # (N, A)
+        reg = np.concatenate([_flatten(d.detach().cpu().numpy(), 4) for d in deltas], axis=1)  # (N, anchors, 4)
         levels = np.concatenate([np.full(n, i) for i, n in enumerate(per_level)])
         results = []
         for i, size in enumerate(images.image_sizes):

@@ -33,7 +33,7 @@ class SSDScoringHead(nn.Module):
         self.num_columns = num_columns
 
     def forward(self, x: list[serve.Tensor]) -> np.ndarray:
-        outs = [_flatten(m(f).detach().numpy(), self.num_columns) for m, f in zip(self.module_list, x)]
+        outs = [_flatten(m(f).detach().cpu().numpy(), self.num_columns) for m, f in zip(self.module_list, x)]
         return np.concatenate(outs, axis=1)  # (N, all anchors, num_columns)
 
 

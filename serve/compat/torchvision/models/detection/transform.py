@@ -34,8 +34,8 @@ class GeneralizedRCNNTransform(nn.Module):
     def normalize(self, image: serve.Tensor) -> serve.Tensor:
         if not image.is_floating_point():
             raise TypeError(f"Expected input images to be of floating type (in range [0, 1]), but found {image.dtype}")
-        mean = serve.tensor(self.image_mean, dtype=image.dtype).reshape(-1, 1, 1)
-        std = serve.tensor(self.image_std, dtype=image.dtype).reshape(-1, 1, 1)
+        mean = serve.tensor(self.image_mean, dtype=image.dtype, device=image.device).reshape(-1, 1, 1)
+        std = serve.tensor(self.image_std, dtype=image.dtype, device=image.device).reshape(-1, 1, 1)
         return (image - mean) / std
 
     def resize(self, image: serve.Tensor) -> serve.Tensor:
