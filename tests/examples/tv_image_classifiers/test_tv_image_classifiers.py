@@ -1,6 +1,7 @@
 """TorchServe's image classifier examples, as a TorchServe user has them, served by a real serve process.
 
-Each folder holds a model file in the form of TorchServe's `examples/image_classifier/*/model.py` (written here
+Each folder (resnet_18, squeezenet, densenet_161, alexnet, vgg_11: 530 MB of weights, the slow one) holds a model
+file in the form of TorchServe's `examples/image_classifier/*/model.py` (written here
 from its documented shape): `from torchvision.models.<arch> import <Class>` and an `ImageClassifier` subclass.
 The weights are made here by torch 2.13 (seeded; BatchNorm statistics and a spread-out last layer so eval mode and
 the top-5 order mean something), archived with the flags of TorchServe's README (`--handler image_classifier
@@ -32,7 +33,7 @@ TOL = 1e-5
 # model name (TorchServe's README), folder, the last layer and the factor that spreads its logits out
 EXAMPLES = [("resnet-18", "resnet_18", "fc", 4.0), ("squeezenet1_1", "squeezenet", "classifier.1", 4.0),
             ("densenet161", "densenet_161", "classifier", 4.0),
-            ("alexnet", "alexnet", "classifier.6", 100.0)]  # fmt: skip
+            ("alexnet", "alexnet", "classifier.6", 100.0), ("vgg11", "vgg_11", "classifier.6", 100.0)]  # fmt: skip
 
 pytestmark = pytest.mark.skipif(reference_torchvision() is None, reason="torch and torchvision are not installed")
 
