@@ -24,6 +24,9 @@ and returns logits (batch, classes): a tensor, a tuple/list whose first element 
 Where we differ from TorchServe: every request of the batch is classified (TorchServe's handler reads only
 `data[0]` and answers the others with nothing); the result per request is the dict itself, not a one-element
 list. Model-config: `handler: {max_length: 512}` (tokens, special tokens included).
+Explanations (`/explanations/{model}`): TorchServe's `{"importances", "words"}` per request in source_vocab mode,
+`{"words", "importances", "delta"}` (one importance per token) in tokenizer mode, by layer integrated gradients
+over the embedding layer (handlers/insights.py); model-config `handler: {ig_steps: 50, ig_batch_size: 16}`.
 Warm-up (`example_inputs`): a batch of `max_length` tokens, with the mask when the model takes it (none in
 source_vocab mode, where the length follows the texts).
 """
@@ -36,6 +39,7 @@ from typing import Any
 
 import serve
 from handlers.base_handler import BaseHandler, map_class_to_label
+from handlers.insights import explain_rows, ig_settings, text_insights
 from handlers.text_input import decode_text, encode_batch, example_ids, load_tokenizer, positive_int
 from handlers.text_vocab import load_source_vocab, offsets_batch, token_ids
 from serve.worker.context import Context
@@ -51,11 +55,13 @@ class TextClassifier(BaseHandler):
     ngrams = 2
     source_vocab: dict[str, int] | None = None  # source_vocab mode: {token: index}
     tokenizer: Any = None  # tokenizer mode: the Hugging Face tokenizer
+    ig_steps = 50  # integrated-gradients steps of an explanation (Captum's default, TorchServe's text handler)
 
     def initialize(self, context: Context) -> None:
         super().initialize(context)
         self.text_input = text_input_kind(self.handler_config.get("text_input", self.text_input), self.model_dir,
                                           context.manifest)  # fmt: skip
+        ig_settings(self, self.ig_steps)  # a bad handler.ig_steps / ig_batch_size fails the load, not a request
         if self.text_input == "source_vocab":
             self.ngrams = positive_int(self.handler_config, "ngrams", self.ngrams)
             self.source_vocab = load_source_vocab(source_vocab_path(self.model_dir, context.manifest))
@@ -100,6 +106,16 @@ class TextClassifier(BaseHandler):
 
     def postprocess(self, data: Any) -> list[dict[str, float]]:
         return map_class_to_label(data.tolist(), self.mapping)
+
+    # ---- explanations (handlers/insights.py) ---------------------------------------------------------------
+
+    def explain_handle(self, data_preprocess: Any, raw_data: list[Any]) -> Any:
+        """Word importances for each request's `target` class (0 by default), TorchServe's JSON."""
+        return explain_rows(self, data_preprocess, raw_data)
+
+    def get_insights(self, text_preprocess: Any, rows: Any, target: Any = 0) -> list[dict[str, Any]]:
+        """TorchServe's TextClassifier.get_insights: layer integrated gradients over the embedding layer."""
+        return text_insights(self, text_preprocess, rows, target)
 
 
 def source_vocab_path(model_dir: Path, manifest: dict[str, Any] | None) -> Path:

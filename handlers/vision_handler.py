@@ -19,6 +19,10 @@ When the transforms fix the image size (a crop, or an exact [h, w] resize), `exa
 float32 batch of that size, for the worker's warm-up of the optimized model (none for a subclass's own
 `image_processing`).
 
+Explanations (`/explanations/{model}`): integrated gradients of each request's `target` class with respect to its
+preprocessed image, one (C, H, W) nested list per request, TorchServe's JSON (handlers/insights.py);
+model-config `handler: {ig_steps: 15, ig_batch_size: 16}`.
+
 Per-request errors (the other requests of the batch carry on): bad base64, bytes that are not a JPEG/PNG/WebP
 or are truncated, a nested list that is ragged or not numeric, or an input whose tensor shape differs from the
 batch's first one: 400. An image whose header claims more pixels than `limit_max_image_pixels` allows: 413,
@@ -48,6 +52,7 @@ from PIL import Image, UnidentifiedImageError
 
 import serve
 from handlers.base_handler import BaseHandler
+from handlers.insights import explain_rows, ig_settings, image_insights
 from handlers.transforms import IMAGENET_MEAN, IMAGENET_STD, build_image_processing
 from serve.errors import InvalidInput, PredictionException
 from serve.worker.context import Context
@@ -140,6 +145,7 @@ class VisionHandler(BaseHandler):
     # TorchServe's base VisionHandler leaves the transforms to subclasses: here ToTensor only
     transform_defaults: ClassVar[dict[str, Any]] = TO_TENSOR_ONLY
     kserve_envelopes = True  # KServe v1 {"data": ...} / v2 inputs arrive as the payload (batching/envelopes.py)
+    ig_steps = 15  # integrated-gradients steps of an explanation (TorchServe's VisionHandler: n_steps=15)
 
     def __init__(self) -> None:
         super().__init__()
@@ -153,6 +159,7 @@ class VisionHandler(BaseHandler):
             Image.MAX_IMAGE_PIXELS = None  # Pillow would refuse what we allow; our own check enforces the limit
         if self.image_processing is None:
             self.image_processing = self.build_image_processing(self.handler_config)
+        ig_settings(self, self.ig_steps)  # a bad handler.ig_steps / ig_batch_size fails the load, not a request
 
     def build_image_processing(self, config: dict[str, Any]) -> Callable[[Image.Image], np.ndarray]:
         """The transforms from the `handler:` settings over `transform_defaults` (keys in the module docstring)."""
@@ -210,3 +217,13 @@ class VisionHandler(BaseHandler):
                     "takes one tensor shape (for images, configure crop or image_size in the model-config)",
                 )
         return kept
+
+    # ---- explanations (handlers/insights.py) ---------------------------------------------------------------
+
+    def explain_handle(self, data_preprocess: Any, raw_data: list[Any]) -> Any:
+        """Integrated gradients of each request's `target` class (0 by default), one (C, H, W) list per image."""
+        return explain_rows(self, data_preprocess, raw_data)
+
+    def get_insights(self, tensor_data: Any, _: Any, target: Any = 0) -> list[Any]:
+        """TorchServe's VisionHandler.get_insights: IntegratedGradients(model) over the batch, as nested lists."""
+        return image_insights(self, tensor_data, target)
