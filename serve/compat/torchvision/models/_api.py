@@ -64,6 +64,9 @@ class WeightsEnum(Enum):
     def __repr__(self) -> str:
         return f"{type(self).__name__}.{self._name_}"
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return getattr, (type(self), self._name_)  # by name: members' values are not comparable after a copy
+
     @property
     def url(self) -> str:
         return str(self.value.url)
@@ -77,8 +80,9 @@ class WeightsEnum(Enum):
         return self.value.meta  # type: ignore[no-any-return]
 
 
-def weights_enum(model: str) -> type[WeightsEnum]:
-    """The `*_Weights` enum of `model`, built once from the published table."""
+def weights_enum(model: str, module: str | None = None) -> type[WeightsEnum]:
+    """The `*_Weights` enum of `model`, built once from the published table (its `__module__`: `module`, the
+    compat module exposing it, so it pickles by name)."""
     if model not in _ENUMS:
         enum_name, default, rows = WEIGHTS[model]
         members: list[tuple[str, Weights]] = []
@@ -89,7 +93,7 @@ def weights_enum(model: str) -> type[WeightsEnum]:
             members.append((member, Weights(url, partial(ImageClassification, **tf), meta)))
         members.append(("DEFAULT", dict(members)[default]))  # same object: an alias, as torchvision's
         make: Any = WeightsEnum
-        enum = make(enum_name, members, module=f"torchvision.models.{model}")
+        enum = make(enum_name, members, module=module or __name__)
         _ENUMS[model] = enum
     return _ENUMS[model]
 

@@ -6,10 +6,10 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import convnext as _zoo
 from serve.zoo.convnext import CNBlock, CNBlockConfig, ConvNeXt, LayerNorm2d
 
-ConvNeXt_Tiny_Weights = weights_enum("convnext_tiny")
-ConvNeXt_Small_Weights = weights_enum("convnext_small")
-ConvNeXt_Base_Weights = weights_enum("convnext_base")
-ConvNeXt_Large_Weights = weights_enum("convnext_large")
+ConvNeXt_Tiny_Weights = weights_enum("convnext_tiny", __name__)
+ConvNeXt_Small_Weights = weights_enum("convnext_small", __name__)
+ConvNeXt_Base_Weights = weights_enum("convnext_base", __name__)
+ConvNeXt_Large_Weights = weights_enum("convnext_large", __name__)
 
 convnext_tiny = model_builder("convnext_tiny", _zoo.convnext_tiny, __name__)
 convnext_small = model_builder("convnext_small", _zoo.convnext_small, __name__)

@@ -7,17 +7,17 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import efficientnet as _zoo
 from serve.zoo.efficientnet import EfficientNet, FusedMBConv, FusedMBConvConfig, MBConv, MBConvConfig
 
-EfficientNet_B0_Weights = weights_enum("efficientnet_b0")
-EfficientNet_B1_Weights = weights_enum("efficientnet_b1")
-EfficientNet_B2_Weights = weights_enum("efficientnet_b2")
-EfficientNet_B3_Weights = weights_enum("efficientnet_b3")
-EfficientNet_B4_Weights = weights_enum("efficientnet_b4")
-EfficientNet_B5_Weights = weights_enum("efficientnet_b5")
-EfficientNet_B6_Weights = weights_enum("efficientnet_b6")
-EfficientNet_B7_Weights = weights_enum("efficientnet_b7")
-EfficientNet_V2_S_Weights = weights_enum("efficientnet_v2_s")
-EfficientNet_V2_M_Weights = weights_enum("efficientnet_v2_m")
-EfficientNet_V2_L_Weights = weights_enum("efficientnet_v2_l")
+EfficientNet_B0_Weights = weights_enum("efficientnet_b0", __name__)
+EfficientNet_B1_Weights = weights_enum("efficientnet_b1", __name__)
+EfficientNet_B2_Weights = weights_enum("efficientnet_b2", __name__)
+EfficientNet_B3_Weights = weights_enum("efficientnet_b3", __name__)
+EfficientNet_B4_Weights = weights_enum("efficientnet_b4", __name__)
+EfficientNet_B5_Weights = weights_enum("efficientnet_b5", __name__)
+EfficientNet_B6_Weights = weights_enum("efficientnet_b6", __name__)
+EfficientNet_B7_Weights = weights_enum("efficientnet_b7", __name__)
+EfficientNet_V2_S_Weights = weights_enum("efficientnet_v2_s", __name__)
+EfficientNet_V2_M_Weights = weights_enum("efficientnet_v2_m", __name__)
+EfficientNet_V2_L_Weights = weights_enum("efficientnet_v2_l", __name__)
 
 efficientnet_b0 = model_builder("efficientnet_b0", _zoo.efficientnet_b0, __name__)
 efficientnet_b1 = model_builder("efficientnet_b1", _zoo.efficientnet_b1, __name__)

@@ -8,7 +8,7 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import googlenet as _zoo
 from serve.zoo.googlenet import BasicConv2d, GoogLeNet, GoogLeNetOutputs, Inception, InceptionAux
 
-GoogLeNet_Weights = weights_enum("googlenet")
+GoogLeNet_Weights = weights_enum("googlenet", __name__)
 
 googlenet = model_builder("googlenet", _zoo.googlenet, __name__, prepare=needs_aux, finish=drop_aux)
 

@@ -18,7 +18,7 @@ from serve.zoo.inception import (
     InceptionOutputs,
 )
 
-Inception_V3_Weights = weights_enum("inception_v3")
+Inception_V3_Weights = weights_enum("inception_v3", __name__)
 
 inception_v3 = model_builder("inception_v3", _zoo.inception_v3, __name__, prepare=needs_aux, finish=drop_aux)
 

@@ -13,7 +13,7 @@ from serve.zoo.maxvit import (
     RelativePositionalMultiHeadAttention,
 )
 
-MaxVit_T_Weights = weights_enum("maxvit_t")
+MaxVit_T_Weights = weights_enum("maxvit_t", __name__)
 
 maxvit_t = model_builder("maxvit_t", _zoo.maxvit_t, __name__)
 

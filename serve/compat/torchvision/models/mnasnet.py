@@ -6,10 +6,10 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import mnasnet as _zoo
 from serve.zoo.mnasnet import MNASNet
 
-MNASNet0_5_Weights = weights_enum("mnasnet0_5")
-MNASNet0_75_Weights = weights_enum("mnasnet0_75")
-MNASNet1_0_Weights = weights_enum("mnasnet1_0")
-MNASNet1_3_Weights = weights_enum("mnasnet1_3")
+MNASNet0_5_Weights = weights_enum("mnasnet0_5", __name__)
+MNASNet0_75_Weights = weights_enum("mnasnet0_75", __name__)
+MNASNet1_0_Weights = weights_enum("mnasnet1_0", __name__)
+MNASNet1_3_Weights = weights_enum("mnasnet1_3", __name__)
 
 mnasnet0_5 = model_builder("mnasnet0_5", _zoo.mnasnet0_5, __name__)
 mnasnet0_75 = model_builder("mnasnet0_75", _zoo.mnasnet0_75, __name__)

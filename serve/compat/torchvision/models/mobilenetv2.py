@@ -7,7 +7,7 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import mobilenet as _zoo
 from serve.zoo.mobilenet import InvertedResidual, MobileNetV2
 
-MobileNet_V2_Weights = weights_enum("mobilenet_v2")
+MobileNet_V2_Weights = weights_enum("mobilenet_v2", __name__)
 
 mobilenet_v2 = model_builder("mobilenet_v2", _zoo.mobilenet_v2, __name__)
 

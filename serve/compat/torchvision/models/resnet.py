@@ -7,16 +7,16 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import resnet as _zoo
 from serve.zoo.resnet import BasicBlock, Bottleneck, ResNet, conv1x1, conv3x3
 
-ResNet18_Weights = weights_enum("resnet18")
-ResNet34_Weights = weights_enum("resnet34")
-ResNet50_Weights = weights_enum("resnet50")
-ResNet101_Weights = weights_enum("resnet101")
-ResNet152_Weights = weights_enum("resnet152")
-ResNeXt50_32X4D_Weights = weights_enum("resnext50_32x4d")
-ResNeXt101_32X8D_Weights = weights_enum("resnext101_32x8d")
-ResNeXt101_64X4D_Weights = weights_enum("resnext101_64x4d")
-Wide_ResNet50_2_Weights = weights_enum("wide_resnet50_2")
-Wide_ResNet101_2_Weights = weights_enum("wide_resnet101_2")
+ResNet18_Weights = weights_enum("resnet18", __name__)
+ResNet34_Weights = weights_enum("resnet34", __name__)
+ResNet50_Weights = weights_enum("resnet50", __name__)
+ResNet101_Weights = weights_enum("resnet101", __name__)
+ResNet152_Weights = weights_enum("resnet152", __name__)
+ResNeXt50_32X4D_Weights = weights_enum("resnext50_32x4d", __name__)
+ResNeXt101_32X8D_Weights = weights_enum("resnext101_32x8d", __name__)
+ResNeXt101_64X4D_Weights = weights_enum("resnext101_64x4d", __name__)
+Wide_ResNet50_2_Weights = weights_enum("wide_resnet50_2", __name__)
+Wide_ResNet101_2_Weights = weights_enum("wide_resnet101_2", __name__)
 
 resnet18 = model_builder("resnet18", _zoo.resnet18, __name__)
 resnet34 = model_builder("resnet34", _zoo.resnet34, __name__)

@@ -7,8 +7,8 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import squeezenet as _zoo
 from serve.zoo.squeezenet import Fire, SqueezeNet
 
-SqueezeNet1_0_Weights = weights_enum("squeezenet1_0")
-SqueezeNet1_1_Weights = weights_enum("squeezenet1_1")
+SqueezeNet1_0_Weights = weights_enum("squeezenet1_0", __name__)
+SqueezeNet1_1_Weights = weights_enum("squeezenet1_1", __name__)
 
 squeezenet1_0 = model_builder("squeezenet1_0", _zoo.squeezenet1_0, __name__)
 squeezenet1_1 = model_builder("squeezenet1_1", _zoo.squeezenet1_1, __name__)

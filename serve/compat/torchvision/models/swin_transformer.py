@@ -15,12 +15,12 @@ from serve.zoo.swin import (
     SwinTransformerBlockV2,
 )
 
-Swin_T_Weights = weights_enum("swin_t")
-Swin_S_Weights = weights_enum("swin_s")
-Swin_B_Weights = weights_enum("swin_b")
-Swin_V2_T_Weights = weights_enum("swin_v2_t")
-Swin_V2_S_Weights = weights_enum("swin_v2_s")
-Swin_V2_B_Weights = weights_enum("swin_v2_b")
+Swin_T_Weights = weights_enum("swin_t", __name__)
+Swin_S_Weights = weights_enum("swin_s", __name__)
+Swin_B_Weights = weights_enum("swin_b", __name__)
+Swin_V2_T_Weights = weights_enum("swin_v2_t", __name__)
+Swin_V2_S_Weights = weights_enum("swin_v2_s", __name__)
+Swin_V2_B_Weights = weights_enum("swin_v2_b", __name__)
 
 swin_t = model_builder("swin_t", _zoo.swin_t, __name__)
 swin_s = model_builder("swin_s", _zoo.swin_s, __name__)

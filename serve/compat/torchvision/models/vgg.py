@@ -6,14 +6,14 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import vgg as _zoo
 from serve.zoo.vgg import VGG, cfgs, make_layers
 
-VGG11_Weights = weights_enum("vgg11")
-VGG11_BN_Weights = weights_enum("vgg11_bn")
-VGG13_Weights = weights_enum("vgg13")
-VGG13_BN_Weights = weights_enum("vgg13_bn")
-VGG16_Weights = weights_enum("vgg16")
-VGG16_BN_Weights = weights_enum("vgg16_bn")
-VGG19_Weights = weights_enum("vgg19")
-VGG19_BN_Weights = weights_enum("vgg19_bn")
+VGG11_Weights = weights_enum("vgg11", __name__)
+VGG11_BN_Weights = weights_enum("vgg11_bn", __name__)
+VGG13_Weights = weights_enum("vgg13", __name__)
+VGG13_BN_Weights = weights_enum("vgg13_bn", __name__)
+VGG16_Weights = weights_enum("vgg16", __name__)
+VGG16_BN_Weights = weights_enum("vgg16_bn", __name__)
+VGG19_Weights = weights_enum("vgg19", __name__)
+VGG19_BN_Weights = weights_enum("vgg19_bn", __name__)
 
 vgg11 = model_builder("vgg11", _zoo.vgg11, __name__)
 vgg11_bn = model_builder("vgg11_bn", _zoo.vgg11_bn, __name__)

@@ -8,11 +8,11 @@ from serve.compat.torchvision.models._api import model_builder, weights_enum
 from serve.zoo import vit as _zoo
 from serve.zoo.vit import Encoder, EncoderBlock, MLPBlock, VisionTransformer
 
-ViT_B_16_Weights = weights_enum("vit_b_16")
-ViT_B_32_Weights = weights_enum("vit_b_32")
-ViT_L_16_Weights = weights_enum("vit_l_16")
-ViT_L_32_Weights = weights_enum("vit_l_32")
-ViT_H_14_Weights = weights_enum("vit_h_14")
+ViT_B_16_Weights = weights_enum("vit_b_16", __name__)
+ViT_B_32_Weights = weights_enum("vit_b_32", __name__)
+ViT_L_16_Weights = weights_enum("vit_l_16", __name__)
+ViT_L_32_Weights = weights_enum("vit_l_32", __name__)
+ViT_H_14_Weights = weights_enum("vit_h_14", __name__)
 
 vit_b_16 = model_builder("vit_b_16", _zoo.vit_b_16, __name__, prepare=image_size_of)
 vit_b_32 = model_builder("vit_b_32", _zoo.vit_b_32, __name__, prepare=image_size_of)

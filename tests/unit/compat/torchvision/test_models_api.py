@@ -180,3 +180,12 @@ def test_get_model_weights_finds_the_enums_of_builders_other_subpackages_registe
         assert models.get_model_weights(name).__name__ == tv.models.get_model_weights(name).__name__
     fcn = models.get_weight("FCN_ResNet50_Weights.COCO_WITH_VOC_LABELS_V1")
     assert fcn is segmentation.FCN_ResNet50_Weights.DEFAULT
+
+
+def test_weights_members_pickle_by_name_and_live_in_their_submodule():
+    import pickle
+
+    member = models.ResNet50_Weights.IMAGENET1K_V2
+    assert type(member).__module__ == "serve.compat.torchvision.models.resnet"
+    assert pickle.loads(pickle.dumps(member)) is member
+    assert pickle.loads(pickle.dumps(models.ResNet50_Weights.DEFAULT)) is member
