@@ -232,3 +232,24 @@ def _result(attributions: np.ndarray, ends: np.ndarray) -> tuple[serve.Tensor, s
     n = attributions.shape[0]
     delta = attributions.reshape(n, -1).sum(axis=1) - (ends[:n] - ends[n:])
     return serve.from_numpy(attributions.astype(np.float32)), serve.from_numpy(delta.astype(np.float32))
+
+
+class IntegratedGradients:
+    """Captum's `IntegratedGradients(forward_func).attribute(...)` on serve, for TorchServe handlers that call
+    `self.ig.attribute(tensor, target=target, n_steps=15)` (ts's VisionHandler sets `self.ig` as TorchServe's)."""
+
+    def __init__(self, forward_func: Callable[..., Any]) -> None:
+        self.forward_func = forward_func
+
+    def attribute(self, inputs: serve.Tensor, baselines: serve.Tensor | None = None, target: Target = None,
+                  additional_forward_args: Any = None, n_steps: int = 50, method: str = "gausslegendre",
+                  internal_batch_size: int | None = None, return_convergence_delta: bool = False) -> Any:  # fmt: skip
+        """Attributions of `inputs` (and the convergence delta when asked), Captum's argument names."""
+        if additional_forward_args is not None:
+            raise NotImplementedError("IntegratedGradients.attribute: additional_forward_args is not supported on "
+                                      "serve; wrap the model in a function of the inputs alone")  # fmt: skip
+        steps = min(int(n_steps), MAX_STEPS)
+        attributions, delta = integrated_gradients(self.forward_func, inputs, target, baselines=baselines,
+                                                   n_steps=steps, method=method,
+                                                   internal_batch_size=internal_batch_size)  # fmt: skip
+        return (attributions, delta) if return_convergence_delta else attributions

@@ -342,3 +342,18 @@ def test_tokenizer_text_classifier_gives_one_importance_per_token_and_a_small_de
         assert set(got) == {"words", "importances", "delta"} and len(got["importances"]) == len(got["words"])
         assert np.linalg.norm(got["importances"]) == pytest.approx(1.0, rel=1e-5)
         assert abs(got["delta"]) < 1e-3
+
+
+def test_a_torchserve_subclass_calling_self_ig_runs_unchanged(tmp_path):
+    from serve.compat.ts.torch_handler.image_classifier import ImageClassifier as TsImageClassifier
+
+    class Custom(TsImageClassifier):
+        def get_insights(self, tensor_data, _, target=0):  # TorchServe's VisionHandler.get_insights, as written
+            return self.ig.attribute(tensor_data, target=target, n_steps=15).tolist()
+
+    model = ToyNet()
+    handler, context = vision_handler(Custom, model, tmp_path, {"image_size": 9})
+    rows = [{"body": png_bytes(9, 9, seed=1), "target": "2"}]
+    (out,) = explain(handler, context, rows)
+    want, _ = integrated_gradients(model, handler.preprocess(rows), 2, n_steps=15)
+    np.testing.assert_allclose(np.array(out), want.numpy()[0], rtol=1e-6, atol=1e-9)
