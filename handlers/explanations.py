@@ -8,8 +8,10 @@ Integrated gradients (Sundararajan, Taly and Yan, "Axiomatic Attribution for Dee
 attribution of input feature i is (x_i - x'_i) times the integral over a in [0, 1] of dF/dx_i at x' + a (x - x'),
 with x' the baseline (zeros by default). The integral is a weighted sum over `n_steps` points, `method` one of
 Captum's: "gausslegendre" (Captum's default, so the numbers are TorchServe's), "riemann_right", "riemann_left",
-"riemann_middle", "riemann_trapezoid". Completeness: the attributions of a row sum to F(x) - F(x') up to the
-quadrature error, returned as the convergence `delta` (attributions' sum minus that difference).
+"riemann_middle", "riemann_trapezoid" (the trapezoid rule proper, end weights 1/(2(n-1)): Captum's gives every
+point 1/n and halves the ends, weights summing to (n-1)/n, so its numbers differ there). Completeness: the
+attributions of a row sum to F(x) - F(x') up to the quadrature error, returned as the convergence `delta`
+(attributions' sum minus that difference).
 
 Decisions:
 - The steps are batched: one forward and one backward per `internal_batch_size` rows (steps x inputs), not one per
