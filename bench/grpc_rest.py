@@ -9,6 +9,11 @@ gRPC grpc.aio with TorchServe's `Predictions` rpc. 32 requests in flight, `--sec
 alternated REST, gRPC, REST, gRPC and the median block quoted. The client takes CPU from the server on the
 same 2 cores, so the absolute figures are below wrk's (bench/server.py); the ratio is the point. The model is
 registered with batch_size 8, max_batch_delay 5 ms, 1 worker, as in bench/server.py.
+
+Each block also records the CPU time per request of the server (its process and its workers, from /proc) and of
+this client (getrusage). On a machine other processes load, throughput favours the protocol with more threads
+(gRPC's core and poller threads win more of the scheduler's time slices), so the CPU per request is the figure
+that holds: on an otherwise idle machine throughput is about 2 cores / (server + client CPU per request).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
+import resource
 import statistics
 import sys
 import time
@@ -36,6 +43,37 @@ from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc  # noq
 RESULTS = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- grpc:begin -->", "<!-- grpc:end -->"
 CONCURRENCY = 32
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` and its live descendants (its workers)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (ValueError, OSError):  # not a process, or it ended meanwhile
+            continue
+    tree, total = {pid}, 0.0
+    for child in sorted(stats):  # a child's pid is above its parent's unless the pid numbers wrapped
+        if int(stats[child][1]) in tree:
+            tree.add(child)
+    for member in tree & stats.keys():
+        total += (int(stats[member][11]) + int(stats[member][12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _measured(call: Callable[[], Awaitable[None]], seconds: float, server: int) -> tuple[float, ...]:
+    """_drive's (req/s, p50 ms) and the server's and this client's CPU milliseconds per request."""
+    server_cpu, client_cpu, start = _tree_cpu(server), _own_cpu(), time.monotonic()
+    rate, p50 = await _drive(call, seconds)
+    count = rate * (time.monotonic() - start)
+    server_ms = (_tree_cpu(server) - server_cpu) / count * 1e3
+    return rate, p50, server_ms, (_own_cpu() - client_cpu) / count * 1e3
 
 
 async def _drive(call: Callable[[], Awaitable[None]], seconds: float) -> tuple[float, float]:
@@ -82,7 +120,8 @@ class _Connection:
             raise RuntimeError(f"REST answered {status!r}")
 
 
-async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, rounds: int) -> dict[str, list]:
+async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, rounds: int,
+                  server: int) -> dict[str, list]:  # fmt: skip
     results: dict[str, list] = {"REST": [], "gRPC": []}
     url = httpx.URL(rest_url)
     pool: asyncio.Queue[_Connection] = asyncio.Queue()
@@ -105,8 +144,8 @@ async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, 
         await _drive(rest, 2)
         await _drive(rpc, 2)  # warm-up
         for _ in range(rounds):
-            results["REST"].append(await _drive(rest, seconds))
-            results["gRPC"].append(await _drive(rpc, seconds))
+            results["REST"].append(await _measured(rest, seconds, server))
+            results["gRPC"].append(await _measured(rpc, seconds, server))
     return results
 
 
@@ -114,27 +153,34 @@ def run(seconds: float, rounds: int) -> dict[str, list]:
     store, payloads = OUT / "store", OUT / "payloads"
     build_archives(store)
     write_payloads(payloads)
-    with serving(store, "grpc_server") as (ports, _):
+    with serving(store, "grpc_server") as (ports, process):
         register(ports, "mlp")
         body = (payloads / "mlp.json").read_bytes()
         rest_url = f"http://127.0.0.1:{ports['inference']}/predictions/mlp"
-        return asyncio.run(measure(rest_url, f"127.0.0.1:{ports['grpc_inference']}", body, seconds, rounds))
+        target = f"127.0.0.1:{ports['grpc_inference']}"
+        return asyncio.run(measure(rest_url, target, body, seconds, rounds, process.pid))
 
 
 def table(results: dict[str, list], command: str, seconds: float) -> str:
-    rest = statistics.median(r for r, _ in results["REST"])
-    rpc = statistics.median(r for r, _ in results["gRPC"])
+    def median(protocol: str, column: int) -> float:
+        return statistics.median(block[column] for block in results[protocol])
+
+    rows = [f"| {label} | {median(p, 0):.0f} | {median(p, 1):.2f} | {median(p, 2):.3f} | {median(p, 3):.3f} |"
+            for label, p in (("REST `/predictions/mlp`", "REST"), ("gRPC `Predictions`", "gRPC"))]  # fmt: skip
     lines = [
         f"`{command}` on {datetime.date.today().isoformat()}: MLP 64-128-10, JSON body, {CONCURRENCY} requests in "
         f"flight from one asyncio Python client in the same machine, {len(results['REST'])} alternated blocks of "
-        f"{seconds:g} s per protocol, median block.",
+        f"{seconds:g} s per protocol, median block; CPU per request from /proc (server and its workers) and "
+        "getrusage (client).",
         "",
-        "| protocol | req/s | p50 ms (median block) |",
-        "|---|---:|---:|",
-        f"| REST `/predictions/mlp` | {rest:.0f} | {statistics.median(p for _, p in results['REST']):.2f} |",
-        f"| gRPC `Predictions` | {rpc:.0f} | {statistics.median(p for _, p in results['gRPC']):.2f} |",
+        "| protocol | req/s | p50 ms | server CPU ms/req | client CPU ms/req |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
         "",
-        f"gRPC / REST throughput: {rpc / rest:.2f}.",
+        f"gRPC / REST throughput: {median('gRPC', 0) / median('REST', 0):.2f}; server CPU per request, REST / gRPC: "
+        f"{median('REST', 2) / median('gRPC', 2):.2f}; server and client CPU per request, REST / gRPC: "
+        f"{(median('REST', 2) + median('REST', 3)) / (median('gRPC', 2) + median('gRPC', 3)):.2f} (above 1: gRPC "
+        "cheaper).",
     ]
     return "\n".join(lines)
 
