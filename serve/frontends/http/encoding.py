@@ -80,7 +80,8 @@ def accepted(accept_encoding: str | None) -> str | None:
     """The coding to answer in: the first of gzip, deflate that `Accept-Encoding` allows, else None."""
     if not accept_encoding:
         return None
-    allowed, refused = set(), set()
+    allowed: set[str] = set()
+    refused: set[str] = set()
     for item in accept_encoding.split(","):
         name, _, params = item.strip().partition(";")
         q = params.strip().removeprefix("q=").strip() if params.strip().startswith("q=") else "1"
