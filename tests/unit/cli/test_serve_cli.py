@@ -1,11 +1,13 @@
 """`serve start | stop | status`: flags -> Settings, pid-file handling, background start and stop on stand-ins.
 
-The server is replaced by stand-ins: a fake `serve.server` module for foreground starts, and small Python
-processes (a sleeper, a tiny HTTP server answering /ping) for background starts and stops.
+The server is replaced by stand-ins: a fake `serve.server` module for foreground starts, and for background starts
+a small Python process (the "server" that start launches and stop ends) beside a /ping server that the test runs in
+a thread on a port it bound itself (port 0, held for the whole test: no free port is picked and bound later).
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
@@ -13,9 +15,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +33,7 @@ from serve.config import Settings
 SLEEPER = (
     "import signal, sys, time; signal.signal(signal.SIGTERM, {handler}); print('ready', flush=True); time.sleep(30)"
 )
-PING_SERVER = """
-import http.server, sys
-class Ping(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(401 if self.path == "/ping" else 404)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-print("stand-in listening", flush=True)
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Ping).serve_forever()
-"""
+STAND_IN = "print('stand-in started', flush=True); import time; time.sleep(60)"
 
 
 @pytest.fixture(autouse=True)
@@ -93,10 +87,33 @@ def spawn() -> Iterator[Any]:
         proc.wait(timeout=10)
 
 
-def free_port() -> int:
+@contextmanager
+def ping_server(status: Callable[[str], int]) -> Iterator[int]:
+    """An HTTP server in a thread on a port it bound (0 -> the port it got, yielded): GET answers status(path)."""
+
+    class Ping(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status(self.path))
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """A port bound and held but not listening: connections to it are refused, and nobody else can take it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def record_for(proc: subprocess.Popen[str], **extra: Any) -> ServerRecord:
@@ -220,15 +237,19 @@ def test_stop_falls_back_to_sigkill(spawn: Any, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_background_start_waits_for_ping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    port = free_port()
     launched: list[list[str]] = []
 
     def stand_in(start_args: list[str]) -> list[str]:
         launched.append(start_args)
-        return [sys.executable, "-c", PING_SERVER, str(port)]
+        return [sys.executable, "-c", STAND_IN]
 
     monkeypatch.setattr(control, "child_command", stand_in)
-    (tmp_path / "config.properties").write_text(f"inference_address=http://127.0.0.1:{port}\n")
+    with ping_server(lambda path: 401 if path == "/ping" else 404) as port:
+        (tmp_path / "config.properties").write_text(f"inference_address=http://127.0.0.1:{port}\n")
+        _start_and_stop(tmp_path, launched, capsys)
+
+
+def _start_and_stop(tmp_path: Path, launched: list[list[str]], capsys: Any) -> None:
     try:
         assert main(["start", "--models", "a.mar", "--dt"]) == 0
         record = pidfile.read_record(pidfile.pid_file_path())
@@ -259,8 +280,9 @@ def test_background_start_gives_up_after_the_wait(monkeypatch: pytest.MonkeyPatc
     code = "import time; print('loading forever', flush=True); time.sleep(30)"
     monkeypatch.setattr(control, "child_command", lambda args: [sys.executable, "-c", code])
     monkeypatch.setattr(control, "start_wait", lambda settings: 0.5)
-    (Path("config.properties")).write_text(f"inference_address=http://127.0.0.1:{free_port()}\n")
-    assert main(["start"]) == 1
+    with silent_port() as port:
+        (Path("config.properties")).write_text(f"inference_address=http://127.0.0.1:{port}\n")
+        assert main(["start"]) == 1
     err = capsys.readouterr().err
     assert "did not answer" in err and "loading forever" in err
     assert not pidfile.pid_file_path().exists()
@@ -273,39 +295,31 @@ def test_background_start_refuses_port_0(monkeypatch: pytest.MonkeyPatch, capsys
     assert "port 0" in capsys.readouterr().err and not pidfile.pid_file_path().exists()
 
 
-# A stand-in serve whose /ping is 500 until `healthy_after` s, then 200; at `fail_after` s it logs serve/server.py's
-# "up but not healthy" line instead (a startup model whose handler crash-loops).
-UNHEALTHY_SERVER = """
-import http.server, sys, threading, time
-port, healthy_after, fail_after = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-start = time.monotonic()
-class Ping(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if time.monotonic() - start > healthy_after else 500)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-def fail():
+# A stand-in serve that, at `fail_after` s, logs serve/server.py's "up but not healthy" line (a startup model whose
+# handler crash-loops); its /ping (the test's thread) is 500 until `healthy_after` s, then 200.
+UNHEALTHY_LOG = """
+import sys, time
+fail_after = float(sys.argv[1])
+if fail_after >= 0:
     time.sleep(fail_after)
     print("WARNING serve is listening on 127.0.0.1 but is not healthy: broken version 1.0: broken on purpose",
           flush=True)
-if fail_after >= 0:
-    threading.Thread(target=fail, daemon=True).start()
-http.server.HTTPServer(("127.0.0.1", port), Ping).serve_forever()
+time.sleep(60)
 """
 
 
 def _start_stand_in(monkeypatch: pytest.MonkeyPatch, healthy_after: float, fail_after: float) -> int:
-    port = free_port()
-    code = [sys.executable, "-c", UNHEALTHY_SERVER, str(port), str(healthy_after), str(fail_after)]
+    code = [sys.executable, "-c", UNHEALTHY_LOG, str(fail_after)]
     monkeypatch.setattr(control, "child_command", lambda args: code)
-    Path("config.properties").write_text(f"inference_address=http://127.0.0.1:{port}\n")
-    try:
-        return main(["start"])
-    finally:
-        record = pidfile.read_record(pidfile.pid_file_path())
-        if record is not None and pidfile.is_running(record):
-            os.kill(record.pid, signal.SIGKILL)
+    start = time.monotonic()
+    with ping_server(lambda path: 200 if time.monotonic() - start > healthy_after else 500) as port:
+        Path("config.properties").write_text(f"inference_address=http://127.0.0.1:{port}\n")
+        try:
+            return main(["start"])
+        finally:
+            record = pidfile.read_record(pidfile.pid_file_path())
+            if record is not None and pidfile.is_running(record):
+                os.kill(record.pid, signal.SIGKILL)
 
 
 def test_background_start_waits_until_the_startup_models_are_healthy(monkeypatch: pytest.MonkeyPatch,
