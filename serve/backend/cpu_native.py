@@ -39,7 +39,7 @@ _SIGNATURES = {
     "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
-    "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
+    "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64, _INT],
     "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
 }
 _BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
@@ -384,19 +384,32 @@ def conv2d_nhwc(
     return out
 
 
-# Winograd F(2x2, 3x3): U = G g G^T turns each 3x3 filter into the 4x4 one the transformed input tiles multiply
-_WINO_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+# Winograd F(m x m, 3x3): U = G g G^T turns each 3x3 filter into the (m + 2) x (m + 2) one that the transformed
+# input tiles multiply (Lavin & Gray's matrices; the C kernel holds B^T and A^T)
+_WINO_G = {
+    2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
+    4: np.array([[1 / 4, 0.0, 0.0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                 [1 / 24, -1 / 12, 1 / 6], [0.0, 0.0, 1.0]]),
+}  # fmt: skip
 
 
-def pack_winograd_weight(w: np.ndarray) -> PackedWeight:
-    """Transform a 3x3 conv weight (OC, IC, 3, 3) for winograd_nhwc and pack its 16 (IC, OC) matrices in panels:
-    data (16, panels, IC, nr), in float64 arithmetic then rounded once to float32."""
+def pack_winograd_weight(w: np.ndarray, m: int = 2) -> PackedWeight:
+    """Transform a 3x3 conv weight (OC, IC, 3, 3) for winograd_nhwc's F(m x m, 3x3) (m = 2 or 4) and pack its
+    (m + 2)^2 (IC, OC) matrices in panels: data ((m + 2)^2, panels, IC, nr), computed in float64, rounded once."""
     w = np.asarray(w)
     if w.ndim != 4 or w.shape[2:] != (3, 3):
         raise ValueError(f"pack_winograd_weight: expected a 3x3 conv weight (OC, IC, 3, 3), got shape {w.shape}")
-    u = np.einsum("ai,ocij,bj->abco", _WINO_G, w.astype(np.float64), _WINO_G).astype(np.float32)  # (4, 4, IC, OC)
-    packs = [_pack("pack_winograd_weight", u[a, b][None], "float32") for a in range(4) for b in range(4)]
+    if m not in _WINO_G:
+        raise ValueError(f"pack_winograd_weight: output tile m={m}; expected 2 or 4")
+    g = _WINO_G[m]
+    u = np.einsum("ai,ocij,bj->abco", g, w.astype(np.float64), g).astype(np.float32)  # (a, a, IC, OC)
+    packs = [_pack("pack_winograd_weight", u[i, j][None], "float32") for i in range(m + 2) for j in range(m + 2)]
     return PackedWeight(np.stack([p.data for p in packs]), w.shape[1], w.shape[0], packs[0].nr)
+
+
+def winograd_tile(packed: PackedWeight) -> int:
+    """The output tile m of a pack_winograd_weight: 2 or 4."""
+    return {16: 2, 36: 4}.get(packed.data.shape[0], 0) if packed.data.ndim == 4 else 0
 
 
 def winograd_nhwc(
@@ -409,11 +422,12 @@ def winograd_nhwc(
     out: np.ndarray | None = None,
     tiles: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """3x3 stride-1 NHWC convolution of x (N, H, W, C) by Winograd F(2x2, 3x3), with pack_winograd_weight's
-    weight: out (N, OH, OW, OC) = act(conv + bias + residual). `tiles=(t0, t1)` computes only those 2x2 output
-    blocks of the flattened (N, ceil(OH / 2), ceil(OW / 2)) (`winograd_tiles` counts them)."""
+    """3x3 stride-1 NHWC convolution of x (N, H, W, C) by Winograd F(m x m, 3x3), with pack_winograd_weight's
+    weight (its m): out (N, OH, OW, OC) = act(conv + bias + residual). `tiles=(t0, t1)` computes only those
+    m x m output blocks of the flattened (N, ceil(OH / m), ceil(OW / m)) (`winograd_tiles` counts them)."""
     lib = _need()
-    if packed.dtype != "float32" or packed.data.ndim != 4 or packed.data.shape[0] != 16 or packed.nr != lib.nr:
+    m = winograd_tile(packed)
+    if packed.dtype != "float32" or not m or packed.nr != lib.nr:
         raise ValueError("winograd_nhwc: expected a weight from pack_winograd_weight for the loaded build")
     _, _, _, _, pt, pl, _, _, oh, ow = _conv_geometry("winograd_nhwc", x, (3, 3), (1, 1), padding, (1, 1))
     nb, h, w, c = x.shape
@@ -423,16 +437,16 @@ def winograd_nhwc(
     shape = (nb, oh, ow, oc)
     b, r, code = _epilogue("winograd_nhwc", oc, shape, bias, residual, act)
     out = _output("winograd_nhwc", out, shape)
-    t0, t1 = _span("winograd_nhwc", tiles, winograd_tiles(nb, oh, ow))
+    t0, t1 = _span("winograd_nhwc", tiles, winograd_tiles(nb, oh, ow, m))
     if t1 > t0 and lib.winograd(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, pt, pl, oh, ow, b, r,
-                                out.ctypes.data, code, t0, t1):  # fmt: skip
+                                out.ctypes.data, code, t0, t1, m):  # fmt: skip
         raise MemoryError("winograd_nhwc: out of memory for the transformed tiles")
     return out
 
 
-def winograd_tiles(nb: int, oh: int, ow: int) -> int:
-    """How many 2x2 output blocks winograd_nhwc splits an (nb, oh, ow) output into."""
-    return nb * ((oh + 1) // 2) * ((ow + 1) // 2)
+def winograd_tiles(nb: int, oh: int, ow: int, m: int = 2) -> int:
+    """How many m x m output blocks winograd_nhwc splits an (nb, oh, ow) output into."""
+    return nb * (-(-oh // m)) * (-(-ow // m))
 
 
 def depthwise_nhwc(

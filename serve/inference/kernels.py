@@ -6,10 +6,11 @@ Convolutions:
 - `gemm_nhwc`: a 1x1 stride-1 unpadded convolution as one BLAS product over channels-last pixels.
 - `native_nhwc` / `native_depthwise`: serve's C kernels (serve.backend.cpu_native) on channels-last input, bias,
   activation and all in the product's epilogue, no im2col copy; split across the lanes by output pixels.
-- `native_nhwc_winograd`: 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) in C (16 products of the transformed
-  tiles instead of 36 multiplications per 2x2 outputs: 1.5-1.8x the direct kernel on ResNet's 3x3 layers), same
-  epilogue; split across the lanes by 2x2 output blocks. Its rounding differs from the direct sum's by a few ulp
-  of the largest term (the transforms add and subtract), well inside the plan's 1e-4 check.
+- `native_nhwc_winograd` / `native_nhwc_winograd4`: 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) / F(4x4, 3x3)
+  in C (0.44 / 0.25 of the direct multiplications: 1.5-1.8x / 2.0-2.4x the direct kernel on ResNet's 3x3 layers),
+  same epilogue; split across the lanes by output blocks. The transforms cost accuracy: ~5e-7 / ~5e-6 relative to
+  the largest output on one layer, inside the plan's 1e-4 check, which (per layer, and on the whole model) keeps
+  them out wherever they would not be.
 - `native_nhwc_bf16` (and `native_bf16` for linear layers): the same with bfloat16 operands and float32
   accumulation, on CPUs with AVX512-BF16, when the plan was asked for bfloat16 products.
 
@@ -113,18 +114,18 @@ def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32", res
 
 
 def conv_winograd(layer: PlannedConv2d, x: np.ndarray, residual: np.ndarray | None = None,
-                  act: str | None = None) -> np.ndarray:  # fmt: skip
-    """As conv_native, by Winograd F(2x2, 3x3) (3x3, stride 1, dilation 1, groups 1)."""
+                  act: str | None = None, m: int = 2) -> np.ndarray:  # fmt: skip
+    """As conv_native, by Winograd F(m x m, 3x3) (3x3, stride 1, dilation 1, groups 1)."""
     nat = native()
     xl = channels_last(x)
     n = xl.shape[0]
     oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
     out = np.empty((n, oh, ow, layer.out_channels), np.float32)
-    packed = layer.packed("winograd")
+    packed = layer.packed("winograd" if m == 2 else f"winograd{m}")
     res = None if residual is None else channels_last(residual)
     act = (layer.act or "none") if act is None else act
-    tiles = nat.winograd_tiles(n, oh, ow)
-    per_tile = 2 * 16 * layer.weight.shape[1] * layer.out_channels
+    tiles = nat.winograd_tiles(n, oh, ow, m)
+    per_tile = 2 * (m + 2) ** 2 * layer.weight.shape[1] * layer.out_channels
 
     def part(t0: int, t1: int) -> None:
         nat.winograd_nhwc(xl, packed, layer.padding, bias=layer.bias, residual=res, act=act, out=out, tiles=(t0, t1))
@@ -158,7 +159,9 @@ def packing(name: str) -> str | None:
     """The packed weight (PlannedConv2d/PlannedLinear.packed's key) kernel `name` reads, None for the BLAS ones."""
     if not name.startswith("native"):
         return None
-    return "winograd" if name.endswith("_winograd") else "bfloat16" if name.endswith("_bf16") else "float32"
+    if "_winograd" in name:
+        return name.removeprefix("native_nhwc_")
+    return "bfloat16" if name.endswith("_bf16") else "float32"
 
 
 # name -> (kernel, whether it applies the activation itself, whether it can run this layer)
@@ -167,6 +170,7 @@ CONV_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedConv2d], bool]]] = 
     "gemm_nhwc": (conv_gemm_nhwc, False, lambda layer: layer.is_pointwise()),
     "native_nhwc": (conv_native, True, lambda layer: native() is not None and layer.groups == 1),
     "native_nhwc_winograd": (conv_winograd, True, _winograd_applies),
+    "native_nhwc_winograd4": (lambda layer, x: conv_winograd(layer, x, m=4), True, _winograd_applies),
     "native_depthwise": (conv_native_depthwise, True, lambda layer: native() is not None and layer.is_depthwise()),
     "native_nhwc_bf16": (
         lambda layer, x: conv_native(layer, x, "bfloat16"),

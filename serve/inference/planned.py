@@ -231,10 +231,12 @@ class PlannedConv2d(_Fused):
         return (h + t + b - dh * (kh - 1) - 1) // sh + 1, (w + l + r - dw * (kw - 1) - 1) // sw + 1
 
     def packed(self, dtype: str = "float32") -> Any:
-        """The weight packed for the native kernels: dtype "float32" or "bfloat16", or "winograd" (transformed)."""
+        """The weight packed for the native kernels: dtype "float32" or "bfloat16", or "winograd" / "winograd4"
+        (transformed for F(2x2, 3x3) / F(4x4, 3x3))."""
         if dtype not in self._packed:
             nat = kernels.native()
-            self._packed[dtype] = (nat.pack_winograd_weight(self.weight) if dtype == "winograd"
+            self._packed[dtype] = (nat.pack_winograd_weight(self.weight, 4 if dtype == "winograd4" else 2)
+                                   if dtype.startswith("winograd")
                                    else nat.pack_conv_weight(self.weight, dtype=dtype))  # fmt: skip
         return self._packed[dtype]
 
@@ -270,8 +272,8 @@ class PlannedConv2d(_Fused):
         data = x._data
         name = self.choices[(data.shape, data.strides)]
         act = None if res is None else self.act_after_add or "none"
-        if name == "native_nhwc_winograd":
-            return kernels.conv_winograd(self, data, residual=res, act=act)
+        if name.startswith("native_nhwc_winograd"):
+            return kernels.conv_winograd(self, data, residual=res, act=act, m=4 if name.endswith("4") else 2)
         dtype = "bfloat16" if name.endswith("_bf16") else "float32"
         return kernels.conv_native(self, data, dtype, residual=res, act=act)
 

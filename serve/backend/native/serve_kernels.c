@@ -425,94 +425,117 @@ int SK_EXPORT(maxpool)(const float *x, long long nb, long long h, long long w, l
     return 0;
 }
 
-/* ---------------------------------------------------------------- Winograd F(2x2, 3x3) */
+/* ---------------------------------------------------------------- Winograd F(m x m, 3x3), m = 2 or 4 */
 
-/* 3x3 stride-1 convolution as Winograd F(2x2, 3x3) (Lavin & Gray 2015): each 2x2 block of outputs ("tile") reads
- * a 4x4 input patch d, transformed to V = B^T d B; the weight was transformed once to U = G g G^T (16 matrices
- * C x OC, packed in panels like any weight); then M[xi] = V[xi] @ U[xi] for the 16 positions xi, which is 16 / 36 of
- * the direct convolution's multiplications, and the outputs are Y = A^T M A plus the epilogue. Work goes by
- * chunks of `tb` tiles whose transformed inputs and products (16 x tb x C and 16 x tb x OC floats) stay in cache:
- * the input transform of the chunk, its 16 products through run_rows, then its output transform. */
-static void wino_input(const float *x, long long h, long long w, long long c, long long pt, long long pl,
+/* 3x3 stride-1 convolution by Winograd's minimal filtering (Lavin & Gray 2015): each m x m block of outputs
+ * ("tile") reads an a x a input patch d (a = m + 2), transformed to V = B^T d B; the weight was transformed once to
+ * U = G g G^T (a * a matrices C x OC, packed in panels like any weight); then M[xi] = V[xi] @ U[xi] for the a * a
+ * positions xi, which is a^2 / (9 m^2) of the direct convolution's multiplications (0.44 for F(2x2, 3x3), 0.25 for
+ * F(4x4, 3x3)), and the outputs are Y = A^T M A plus the epilogue. Work goes by chunks of `tb` tiles whose
+ * transformed inputs and products (a^2 x tb x C and a^2 x tb x OC floats) stay in cache: the input transform of
+ * the chunk, its a^2 products through run_rows, then its output transform.
+ * The 1-D transforms below act on a column (stride s) of vectors, each vector a run of channels. */
+static inline void bt_1d(int m, const V *d, int s, V *o, int os) {
+    if (m == 2) {
+        V d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
+        o[0] = vsub(d0, d2), o[os] = vadd(d1, d2), o[2 * os] = vsub(d2, d1), o[3 * os] = vsub(d1, d3);
+        return;
+    }
+    V d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+    o[0] = vfma(vset1(4.0f), d0, vfma(vset1(-5.0f), d2, d4));
+    o[os] = vfma(vset1(-4.0f), vadd(d1, d2), vadd(d3, d4));
+    o[2 * os] = vfma(vset1(4.0f), vsub(d1, d2), vsub(d4, d3));
+    o[3 * os] = vfma(vset1(-2.0f), vsub(d1, d3), vsub(d4, d2));
+    o[4 * os] = vfma(vset1(2.0f), vsub(d1, d3), vsub(d4, d2));
+    o[5 * os] = vfma(vset1(4.0f), d1, vfma(vset1(-5.0f), d3, d5));
+}
+
+static inline void at_1d(int m, const V *g, int s, V *o, int os) {
+    if (m == 2) {
+        V g0 = g[0], g1 = g[s], g2 = g[2 * s], g3 = g[3 * s];
+        o[0] = vadd(vadd(g0, g1), g2), o[os] = vsub(vsub(g1, g2), g3);
+        return;
+    }
+    V a = vadd(g[s], g[2 * s]), b = vsub(g[s], g[2 * s]), c = vadd(g[3 * s], g[4 * s]), e = vsub(g[3 * s], g[4 * s]);
+    o[0] = vadd(vadd(g[0], a), c);
+    o[os] = vfma(vset1(2.0f), e, b);
+    o[2 * os] = vfma(vset1(4.0f), c, a);
+    o[3 * os] = vadd(vfma(vset1(8.0f), e, b), g[5 * s]);
+}
+
+static void wino_input(int m, const float *x, long long h, long long w, long long c, long long pt, long long pl,
                        long long th, long long tw, long long t0, long long nt, long long tb, float *vb) {
+    const int al = m + 2;
     for (long long i = 0; i < nt; i++) {
         long long t = t0 + i, b = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-        long long y0 = ty * 2 - pt, x0 = tx * 2 - pl;
-        const float *rows[4][4];
-        for (int r = 0; r < 4; r++)
-            for (int q = 0; q < 4; q++) {
+        long long y0 = ty * m - pt, x0 = tx * m - pl;
+        const float *rows[36];
+        for (int r = 0; r < al; r++)
+            for (int q = 0; q < al; q++) {
                 long long iy = y0 + r, ix = x0 + q;
-                rows[r][q] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x + ((b * h + iy) * w + ix) * c : NULL;
+                rows[r * al + q] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x + ((b * h + iy) * w + ix) * c : NULL;
             }
         for (long long c0 = 0; c0 < c; c0 += VL) {
-            VMask m = vmask((int)(c - c0 < VL ? c - c0 : VL));
-            V d[4][4], u[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int q = 0; q < 4; q++)
-                    d[r][q] = rows[r][q] ? vload_m(rows[r][q] + c0, m) : vzero();
-            for (int q = 0; q < 4; q++) { /* B^T d: rows */
-                u[0][q] = vsub(d[0][q], d[2][q]);
-                u[1][q] = vadd(d[1][q], d[2][q]);
-                u[2][q] = vsub(d[2][q], d[1][q]);
-                u[3][q] = vsub(d[1][q], d[3][q]);
-            }
-            for (int r = 0; r < 4; r++) { /* (B^T d) B: columns */
-                V v0 = vsub(u[r][0], u[r][2]), v1 = vadd(u[r][1], u[r][2]);
-                V v2 = vsub(u[r][2], u[r][1]), v3 = vsub(u[r][1], u[r][3]);
-                float *dst = vb + ((r * 4) * tb + i) * c + c0;
-                vstore_m(dst, m, v0);
-                vstore_m(dst + tb * c, m, v1);
-                vstore_m(dst + 2 * tb * c, m, v2);
-                vstore_m(dst + 3 * tb * c, m, v3);
+            VMask mk = vmask((int)(c - c0 < VL ? c - c0 : VL));
+            V d[36], u[36], v[6];
+            for (int k = 0; k < al * al; k++)
+                d[k] = rows[k] ? vload_m(rows[k] + c0, mk) : vzero();
+            for (int q = 0; q < al; q++) /* B^T d: down each column */
+                bt_1d(m, d + q, al, u + q, al);
+            for (int r = 0; r < al; r++) { /* (B^T d) B: along each row */
+                bt_1d(m, u + r * al, 1, v, 1);
+                for (int q = 0; q < al; q++)
+                    vstore_m(vb + ((r * al + q) * tb + i) * c + c0, mk, v[q]);
             }
         }
     }
 }
 
-static void wino_output(const float *mb, long long oc, long long oh, long long ow, long long th, long long tw,
-                        long long t0, long long nt, long long tb, const float *bias, const float *res, float *out,
-                        int act) {
+static void wino_output(int m, const float *mb, long long oc, long long oh, long long ow, long long th,
+                        long long tw, long long t0, long long nt, long long tb, const float *bias, const float *res,
+                        float *out, int act) {
+    const int al = m + 2;
     for (long long i = 0; i < nt; i++) {
         long long t = t0 + i, b = t / (th * tw), ty = (t / tw) % th, tx = t % tw;
-        long long oy = ty * 2, ox = tx * 2;
+        long long oy = ty * m, ox = tx * m;
         for (long long c0 = 0; c0 < oc; c0 += VL) {
-            VMask m = vmask((int)(oc - c0 < VL ? oc - c0 : VL));
-            V g[4][4];
-            for (int xi = 0; xi < 16; xi++)
-                g[xi / 4][xi % 4] = vload_m(mb + (xi * tb + i) * oc + c0, m);
-            V u0[4], u1[4]; /* A^T M: rows */
-            for (int q = 0; q < 4; q++) {
-                u0[q] = vadd(vadd(g[0][q], g[1][q]), g[2][q]);
-                u1[q] = vsub(vsub(g[1][q], g[2][q]), g[3][q]);
-            }
-            V y[2][2] = {{vadd(vadd(u0[0], u0[1]), u0[2]), vsub(vsub(u0[1], u0[2]), u0[3])},
-                         {vadd(vadd(u1[0], u1[1]), u1[2]), vsub(vsub(u1[1], u1[2]), u1[3])}};
-            V bb = bias ? vload_m(bias + c0, m) : vzero();
-            for (int r = 0; r < 2; r++)
-                for (int q = 0; q < 2; q++) {
-                    if (oy + r >= oh || ox + q >= ow)
-                        continue;
+            VMask mk = vmask((int)(oc - c0 < VL ? oc - c0 : VL));
+            V g[36], hh[24], y[4];
+            for (int k = 0; k < al * al; k++)
+                g[k] = vload_m(mb + (k * tb + i) * oc + c0, mk);
+            for (int q = 0; q < al; q++) /* A^T M: down each column */
+                at_1d(m, g + q, al, hh + q, al);
+            V bb = bias ? vload_m(bias + c0, mk) : vzero();
+            for (int r = 0; r < m; r++) { /* (A^T M) A: along each row */
+                at_1d(m, hh + r * al, 1, y, 1);
+                if (oy + r >= oh)
+                    continue;
+                for (int q = 0; q < m && ox + q < ow; q++) {
                     long long at = ((b * oh + oy + r) * ow + ox + q) * oc + c0;
-                    V v = vadd(y[r][q], bb);
+                    V v = vadd(y[q], bb);
                     if (res)
-                        v = vadd(v, vload_m(res + at, m));
-                    vstore_m(out + at, m, v_act(v, act));
+                        v = vadd(v, vload_m(res + at, mk));
+                    vstore_m(out + at, mk, v_act(v, act));
                 }
+            }
         }
     }
 }
 
-/* The tiles t0 <= t < t1 of the flattened (nb, ceil(oh / 2), ceil(ow / 2)); ut holds the 16 packed matrices of
- * U, each (panels, c, NR). out and res are NHWC (nb, oh, ow, oc). */
+/* The tiles t0 <= t < t1 of the flattened (nb, ceil(oh / m), ceil(ow / m)); ut holds the (m + 2)^2 packed
+ * matrices of U, each (panels, c, NR). out and res are NHWC (nb, oh, ow, oc). */
 int SK_EXPORT(winograd)(const float *x, long long nb, long long h, long long w, long long c, const float *ut,
                         long long oc, long long pt, long long pl, long long oh, long long ow, const float *bias,
-                        const float *res, float *out, int act, long long t0, long long t1) {
+                        const float *res, float *out, int act, long long t0, long long t1, int m) {
     (void)nb;
-    long long th = (oh + 1) / 2, tw = (ow + 1) / 2, wide = c > oc ? c : oc;
-    long long tb = (1 << 16) / wide / MR * MR; /* 16 x tb x wide floats: 1 MiB of inputs, 1 MiB of products */
+    if (m != 2 && m != 4)
+        return -2;
+    const int np = (m + 2) * (m + 2);
+    long long th = (oh + m - 1) / m, tw = (ow + m - 1) / m, wide = c > oc ? c : oc;
+    long long tb = (1 << 20) / (np * wide) / MR * MR; /* np x tb x wide floats: ~4 MiB of inputs, as much of products */
     tb = tb < MR ? MR : tb > 16 * MR ? 16 * MR : tb;
     long long npanels = (oc + NR - 1) / NR;
-    float *vb = malloc(sizeof(float) * (size_t)(16 * tb * c)), *mb = malloc(sizeof(float) * (size_t)(16 * tb * oc));
+    float *vb = malloc(sizeof(float) * (size_t)(np * tb * c)), *mb = malloc(sizeof(float) * (size_t)(np * tb * oc));
     const float **ptrs = malloc(sizeof(*ptrs) * (size_t)tb);
     if (!vb || !mb || !ptrs) {
         free(vb), free(mb), free(ptrs);
@@ -520,14 +543,14 @@ int SK_EXPORT(winograd)(const float *x, long long nb, long long h, long long w, 
     }
     for (long long c0 = t0; c0 < t1; c0 += tb) {
         long long nt = t1 - c0 < tb ? t1 - c0 : tb;
-        wino_input(x, h, w, c, pt, pl, th, tw, c0, nt, tb, vb);
-        for (int xi = 0; xi < 16; xi++) {
+        wino_input(m, x, h, w, c, pt, pl, th, tw, c0, nt, tb, vb);
+        for (int xi = 0; xi < np; xi++) {
             long long padded = (nt + MR - 1) / MR * MR;
             for (long long i = 0; i < padded; i++)
                 ptrs[i] = vb + (xi * tb + (i < nt ? i : i - i % MR)) * c;
             run_rows(nt, 1, ptrs, c, ut + xi * npanels * c * NR, oc, NULL, NULL, mb + xi * tb * oc, ACT_NONE);
         }
-        wino_output(mb, oc, oh, ow, th, tw, c0, nt, tb, bias, res, out, act);
+        wino_output(m, mb, oc, oh, ow, th, tw, c0, nt, tb, bias, res, out, act);
     }
     free(vb), free(mb), free(ptrs);
     return 0;
