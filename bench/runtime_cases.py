@@ -33,7 +33,7 @@ DECODER = {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 50304, "block
 @dataclass(frozen=True)
 class Case:
     name: str
-    family: str  # mlp, resnet18, resnet50, mobilenet_v2, minilm, encoder, decoder
+    family: str  # mlp, resnet18, resnet50, mobilenet_v2, efficientnet_b0, minilm, encoder, decoder
     batch: int
     target: str = ""  # the issue's target for serve / torch, where it sets one
 
@@ -44,13 +44,12 @@ CASES = [
     Case("ResNet-18 b8", "resnet18", 8, "<= 1.5"),
     Case("ResNet-50 b8", "resnet50", 8),
     Case("MobileNetV2 b8", "mobilenet_v2", 8),
+    Case("EfficientNet-B0 b8", "efficientnet_b0", 8, "<= 1.0"),
     Case("MiniLM-L6 b1 seq128", "minilm", 1),
     Case("MiniLM-L6 b8 seq128", "minilm", 8, "<= 1.5"),
     Case("Encoder 6x384 b8 seq128", "encoder", 8),
     Case("GPT-2-style decoder 6x384 b8 seq128", "decoder", 8, "<= 1.0"),
 ]
-# serve's zoo has no EfficientNet-B0: that case of the issue is not benchmarked
-MISSING = ("EfficientNet-B0",)
 
 
 def find(name: str) -> Case:
@@ -93,6 +92,12 @@ def torch_model(case: Case) -> Any:
         return twins_text.minilm().eval()
     if case.family == "decoder":
         return twins_text.GPTTwin(**DECODER).eval()
+    if case.family == "efficientnet_b0":  # torchvision's own definition (a test extra), no weights downloaded
+        from tests.torchvision_reference import reference_torchvision
+
+        model = reference_torchvision().models.efficientnet_b0(weights=None)
+        randomize_norms(model)
+        return model.eval()
     if case.family == "encoder":
         layer = torch.nn.TransformerEncoderLayer(**ENCODER)
         model = torch.nn.TransformerEncoder(layer, ENCODER_LAYERS, enable_nested_tensor=True)
@@ -120,6 +125,10 @@ def serve_model(case: Case, weights: dict[str, np.ndarray]) -> Any:
         from serve.zoo.gpt import GPT, GPTConfig
 
         model = GPT(GPTConfig(**DECODER))
+    elif case.family == "efficientnet_b0":
+        from serve.zoo.efficientnet import efficientnet_b0
+
+        model = efficientnet_b0()
     else:
         model = {"resnet18": zoo.resnet18, "resnet50": zoo.resnet50, "mobilenet_v2": zoo.mobilenet_v2}[case.family]()
     keys = list(model.state_dict().keys())

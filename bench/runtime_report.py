@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from runtime_cases import MISSING, Case
+from runtime_cases import Case
 from runtime_worker import LIBS
 
 NAMES = {"serve": "serve eager", "serve-opt": "serve optimized", "torch": "PyTorch eager", "ort": "ONNX Runtime"}
@@ -67,7 +67,6 @@ def _notes(rows: list[tuple[Case, Result]]) -> list[str]:
     if errors:
         notes.append("- Largest output difference from the torch twin's, relative to its largest |value|, over the "
                      "cases: " + ", ".join(errors) + ".")  # fmt: skip
-    notes.append(f"- Not benchmarked: {' and '.join(MISSING)} (not in serve's zoo).")
     return notes
 
 
