@@ -45,8 +45,9 @@ class GeneralizedRCNNTransform(nn.Module):
         if self.fixed_size is not None:
             return F.interpolate(image[None], size=(self.fixed_size[1], self.fixed_size[0]), mode="bilinear",
                                  align_corners=False)[0]  # fmt: skip
-        short, long = np.float32(min(h, w)), np.float32(max(h, w))
-        scale = min(np.float32(self.min_size[-1]) / short, np.float32(self.max_size) / long)  # float32, as torch
+        # Python floats (double), as torchvision computes it outside scripting: 96 * float32(160 / 96) would floor
+        # to 159 where torchvision gets 160
+        scale = min(self.min_size[-1] / min(int(h), int(w)), self.max_size / max(int(h), int(w)))
         return F.interpolate(image[None], scale_factor=float(scale), mode="bilinear", recompute_scale_factor=True,
                              align_corners=False)[0]  # fmt: skip
 
