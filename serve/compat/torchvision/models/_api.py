@@ -170,11 +170,14 @@ def list_models(module: Any = None, include: str | Iterable[str] | None = None,
 
 
 def _in_module(builder: Builder, module: Any) -> bool:
-    """The builder is exposed by `module` (a compat module object or its torchvision/serve name) or below it."""
+    """torchvision's rule: the builder's module sits directly in the package `module` (a compat module object or
+    its torchvision/serve name). So `module=models` lists the classification models only (those of
+    `models.resnet`, `models.vgg`, ...), `module=models.detection` the detection ones, and a file module such as
+    `models.resnet` none."""
     name = getattr(module, "__name__", str(module))
     if not name.startswith("serve."):
         name = "serve.compat." + name
-    return bool(builder.__module__ == name or builder.__module__.startswith(name + "."))
+    return bool(builder.__module__.rsplit(".", 1)[0] == name)
 
 
 def get_model_builder(name: str) -> Builder:

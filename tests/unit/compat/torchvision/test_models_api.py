@@ -36,7 +36,7 @@ def _cache(hub, weights, state_dict):
 
 def test_every_enum_has_torchvisions_members_urls_transforms_and_categories():
     tv = reference_torchvision()
-    for name in models.list_models():
+    for name in models.list_models(module=models):  # classification (detection's presets are classes of ours)
         ours, theirs = models.get_model_weights(name), tv.models.get_model_weights(name)
         assert ours.__name__ == theirs.__name__
         assert list(ours.__members__) == list(theirs.__members__), name
@@ -122,7 +122,9 @@ def test_registry_matches_torchvisions():
     assert models.get_model_weights(models.resnet50) is models.ResNet50_Weights
     resnets = ["resnet101", "resnet152", "resnet18", "resnet34", "resnet50", "resnext101_32x8d", "resnext101_64x4d",
                "resnext50_32x4d", "wide_resnet101_2", "wide_resnet50_2"]  # fmt: skip
-    assert models.list_models(module=models.resnet) == resnets
+    assert models.list_models(module=models.resnet) == tv.models.list_models(module=tv.models.resnet) == []
+    assert [n for n in models.list_models(module=models) if n.startswith(("resne", "wide_resnet"))] == resnets
+    assert models.list_models(module=models) == tv.models.list_models(module=tv.models)  # classification only
     assert models.list_models(include="vit_*", exclude="*_32") == ["vit_b_16", "vit_h_14", "vit_l_16"]
     assert isinstance(models.get_model("squeezenet1_1", num_classes=3), models.SqueezeNet)
     with pytest.raises(ValueError, match="Unknown model"):

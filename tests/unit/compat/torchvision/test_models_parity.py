@@ -47,7 +47,7 @@ def test_logits_match_torchvision(name, size, kwargs, monkeypatch):
     print(f"{name}: max relative difference {err:.2e}")
 
 
-@pytest.mark.parametrize("name", models.list_models())
+@pytest.mark.parametrize("name", models.list_models(module=models))  # detection's have their own tests
 def test_keys_and_shapes_equal_torchvisions(name, monkeypatch):
     theirs = meta_model(name)
     cheap_init(monkeypatch)
@@ -73,7 +73,7 @@ def test_maxvit_refuses_an_input_size_its_partitions_do_not_divide():
 
 def test_every_torchvision_classification_builder_exists_here():
     tv = reference_torchvision()
-    missing = set(tv.models.list_models(module=tv.models)) - set(models.list_models())
+    missing = set(tv.models.list_models(module=tv.models)) - set(models.list_models(module=models))
     assert not missing
 
 
