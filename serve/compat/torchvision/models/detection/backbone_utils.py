@@ -2,16 +2,21 @@
 
 Layers layer1..layer4 (as "0".."3") feed FeaturePyramidNetwork(256 channels) plus LastLevelMaxPool ("pool").
 `trainable_layers` only matters for training (which layers torchvision freezes); it is validated and recorded.
+`resnet_fpn_backbone(backbone_name=..., weights=...)` is torchvision's public builder of the same thing (the one
+TorchServe's Faster R-CNN example imports), FrozenBatchNorm2d by default as torchvision's.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import serve
 from serve import nn
+from serve.compat.torchvision.models import resnet
 from serve.zoo.fpn import ExtraFPNBlock, FeaturePyramidNetwork, LastLevelMaxPool
+from serve.zoo.frozen_bn import FrozenBatchNorm2d
 from serve.zoo.segmentation import IntermediateLayerGetter
 
 
@@ -27,6 +32,22 @@ class BackboneWithFPN(nn.Module):
 
     def forward(self, x: serve.Tensor) -> OrderedDict[str, serve.Tensor]:
         return self.fpn(self.body(x))
+
+
+_RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "resnext101_32x8d",
+            "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2")  # fmt: skip
+
+
+def resnet_fpn_backbone(*, backbone_name: str, weights: Any, norm_layer: Callable[..., nn.Module] = FrozenBatchNorm2d,
+                        trainable_layers: int = 3, returned_layers: list[int] | None = None,
+                        extra_blocks: ExtraFPNBlock | None = None) -> BackboneWithFPN:  # fmt: skip
+    """The named ResNet (weights None or its enum) under an FPN, with torchvision's arguments and keys."""
+    if backbone_name not in _RESNETS:
+        raise ValueError(
+            f"resnet_fpn_backbone: backbone_name must be one of {', '.join(_RESNETS)}, got {backbone_name!r}"
+        )
+    backbone = getattr(resnet, backbone_name)(weights=weights, norm_layer=norm_layer)
+    return _resnet_fpn_extractor(backbone, trainable_layers, returned_layers, extra_blocks)
 
 
 def _resnet_fpn_extractor(backbone: nn.Module, trainable_layers: int, returned_layers: list[int] | None = None,
