@@ -2,15 +2,16 @@
 
 fcn/model.py is in the form of TorchServe's `examples/image_segmenter/fcn/model.py` (written here from its
 documented shape): an `FCN` subclass over a dilated ResNet-50 through `IntermediateLayerGetter` with `FCNHead`s;
-faster_rcnn/model.py in the form of `examples/object_detector/fast-rcnn/model.py`: a `FasterRCNN` subclass over a
-ResNet-50-FPN backbone. Two changes from TorchServe's files, both because the test is offline and on 2 cores:
-no pretrained backbone download (`resnet_fpn_backbone('resnet50', True)` becomes torchvision's own
-`_resnet_fpn_extractor(resnet50(weights=None), 3)`, which `fasterrcnn_resnet50_fpn` uses; serve has no
-`resnet_fpn_backbone`), and the detector's transform sizes are small (min_size 160, max_size 240, 200 proposals)
-instead of 800/1333/1000. The weights are made here by torch 2.13 (seeded; BatchNorm statistics of their own;
-the detector's class scores spread out so some detections pass the handler's 0.5 threshold), archived with the
-flags of TorchServe's READMEs (`--handler image_segmenter`; `--handler object_detector --extra-files
-index_to_name.json` with COCO's names) and served on 127.0.0.1 port 0.
+faster_rcnn/model.py in the form of `examples/object_detector/fast-rcnn/model.py`: a `FasterRCNN` subclass over
+`resnet_fpn_backbone` (ResNet-50, FrozenBatchNorm2d). Two changes from TorchServe's file, both because the test
+is offline and on 2 cores: `resnet_fpn_backbone(backbone_name="resnet50", weights=None)` instead of
+`resnet_fpn_backbone('resnet50', True)` (no pretrained download; keywords, which torchvision 0.13+ requires), and
+small transform sizes (min_size 160, max_size 240, 200 proposals) instead of 800/1333/1000.
+The weights are made here by torch 2.13 (seeded; BatchNorm statistics of their own; the detector's class scores
+spread out so some detections pass the handler's 0.5 threshold), archived with the flags of TorchServe's READMEs
+(`--handler image_segmenter`; `--handler object_detector --extra-files index_to_name.json` with COCO's names) and
+served on 127.0.0.1 port 0. Measured: FCN probabilities max 4.7e-6 off; Faster R-CNN 54 detections, boxes max
+5.8e-4 px, scores max 1.04e-5 off.
 
 References, the same model file imported with the real torch and torchvision and the same state_dict:
 - segmentation: TorchServe's image_segmenter (Resize 256, CenterCrop 224, ToTensor, Normalize by the real
@@ -65,7 +66,7 @@ def make_weights(folder: str, cls: str, seed: int):
     model = torch_model(folder, cls)
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
+            if isinstance(m, torch.nn.BatchNorm2d) or type(m).__name__ == "FrozenBatchNorm2d":
                 m.running_mean.uniform_(-0.2, 0.2)
                 m.running_var.uniform_(0.5, 2.0)
         if folder == "faster_rcnn":  # random class scores are ~1/91 each: spread them so some pass 0.5
