@@ -4,7 +4,13 @@ A builder is `name(*, weights=None, progress=True, **kwargs)` around the serve.z
 `weights` is None (random init), a member of the model's `*_Weights` enum, or its name ("IMAGENET1K_V1",
 "ResNet50_Weights.IMAGENET1K_V1"); the legacy `pretrained=True` means the DEFAULT member. Named weights are read
 only from the local torch hub cache, through `serve.compat.torch.hub.load_state_dict_from_url`, whose error names
-the file and the directory to put it in: a serving worker never downloads. The enum facts (URLs, transform
+the file and the directory to put it in: a serving worker never downloads.
+
+One exception, for TorchServe's archives: a model file that builds with the legacy `pretrained=True` (TorchServe's
+FCN and Faster R-CNN examples do, for a backbone) and whose file is not in the cache keeps its random weights, with
+a warning, instead of failing. In an archive the handler then loads the archive's own checkpoint over them, strictly
+(every key), so nothing random survives; on TorchServe those downloaded weights are overwritten the same way. An
+explicit `weights=` enum member still fails without its file. The enum facts (URLs, transform
 settings, categories, accuracy) are torchvision's published ones (`_weights_table.py`).
 """
 
@@ -134,6 +140,7 @@ def model_builder(
     model after loading (dropping the auxiliary heads of GoogLeNet and Inception)."""
 
     def builder(*, weights: Any = None, progress: bool = True, **kwargs: Any) -> Any:
+        legacy = bool(kwargs.get("pretrained")) and weights is None
         resolved = _resolve_weights(name, weights, kwargs)
         requested = dict(kwargs)
         if resolved is not None:
@@ -143,8 +150,15 @@ def model_builder(
                 prepare(resolved, kwargs)
         model = build(**kwargs)
         if resolved is not None:
-            state_dict = resolved.get_state_dict(progress=progress)
-            model.load_state_dict(remap(state_dict) if remap else state_dict)
+            try:
+                state_dict = resolved.get_state_dict(progress=progress)
+            except FileNotFoundError as e:
+                if not legacy:
+                    raise
+                warnings.warn(f"{name}(pretrained=True): {e}. Keeping random weights: load a checkpoint over them "
+                              "(an archive's handler does, strictly)", UserWarning, stacklevel=2)  # fmt: skip
+            else:
+                model.load_state_dict(remap(state_dict) if remap else state_dict)
             if finish is not None:
                 finish(model, requested)
         return model

@@ -67,6 +67,19 @@ def test_missing_weights_say_where_to_put_the_file(hub):
         models.resnet18(weights=models.ResNet18_Weights.IMAGENET1K_V1)
 
 
+def test_legacy_pretrained_without_its_file_keeps_random_weights_with_a_warning(hub):
+    """TorchServe's archives build backbones with pretrained=True and load their own checkpoint over them."""
+    with pytest.warns(UserWarning, match="Keeping random weights"):
+        model = models.googlenet(pretrained=True)
+    assert model.aux1 is None and model.fc.out_features == 1000  # built as the pretrained model is
+    from serve.compat.torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+
+    with pytest.warns(UserWarning, match="Keeping random weights"):
+        legacy = resnet_fpn_backbone("resnet50", True)  # torchvision < 0.13's positional form (TorchServe's example)
+    current = resnet_fpn_backbone(backbone_name="resnet50", weights=None)
+    assert list(legacy.state_dict()) == list(current.state_dict())
+
+
 def test_densenet_checkpoints_with_torchvisions_legacy_key_names_load(hub, monkeypatch):
     tv = reference_torchvision()
     theirs = fill_(tv.models.densenet121()).eval()

@@ -38,15 +38,26 @@ _RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resne
             "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2")  # fmt: skip
 
 
-def resnet_fpn_backbone(*, backbone_name: str, weights: Any, norm_layer: Callable[..., nn.Module] = FrozenBatchNorm2d,
-                        trainable_layers: int = 3, returned_layers: list[int] | None = None,
+def resnet_fpn_backbone(*legacy: Any, backbone_name: str | None = None, weights: Any = None,
+                        norm_layer: Callable[..., nn.Module] = FrozenBatchNorm2d, trainable_layers: int = 3,
+                        returned_layers: list[int] | None = None,
                         extra_blocks: ExtraFPNBlock | None = None) -> BackboneWithFPN:  # fmt: skip
-    """The named ResNet (weights None or its enum) under an FPN, with torchvision's arguments and keys."""
-    if backbone_name not in _RESNETS:
-        raise ValueError(
-            f"resnet_fpn_backbone: backbone_name must be one of {', '.join(_RESNETS)}, got {backbone_name!r}"
-        )
-    backbone = getattr(resnet, backbone_name)(weights=weights, norm_layer=norm_layer)
+    """The named ResNet (weights None or its enum) under an FPN, with torchvision's arguments and keys.
+
+    torchvision's keyword form, and also its pre-0.13 positional one, `resnet_fpn_backbone('resnet50', True)`, which
+    TorchServe's Faster R-CNN example still calls: (backbone_name, pretrained), the legacy `pretrained` taken as the
+    ResNet builders take it (random weights with a warning when the file is not in the local hub cache: the
+    archive's checkpoint is loaded over them)."""
+    if len(legacy) > 2:
+        raise TypeError("resnet_fpn_backbone: at most (backbone_name, pretrained) positionally; pass the rest by name")
+    name = legacy[0] if legacy else backbone_name
+    if name not in _RESNETS:
+        raise ValueError(f"resnet_fpn_backbone: backbone_name must be one of {', '.join(_RESNETS)}, got {name!r}")
+    build = getattr(resnet, name)
+    if len(legacy) == 2:
+        backbone = build(pretrained=bool(legacy[1]), norm_layer=norm_layer)
+    else:
+        backbone = build(weights=weights, norm_layer=norm_layer)
     return _resnet_fpn_extractor(backbone, trainable_layers, returned_layers, extra_blocks)
 
 
