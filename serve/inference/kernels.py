@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from serve.backend import cpu_blas, cpu_threads, ops_cpu
+from serve.inference import arena
 from serve.inference.epilogue import add_bias_
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def conv_native(layer: PlannedConv2d, x: np.ndarray, dtype: str = "float32", res
     xl = channels_last(x)
     n = xl.shape[0]
     oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
-    out = np.empty((n, oh, ow, layer.out_channels), np.float32)
+    out = arena.empty(layer, (n, oh, ow, layer.out_channels))
     packed = layer.packed(dtype)
     per_pixel = 2 * layer.weight.shape[1] * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
 
@@ -120,7 +121,7 @@ def conv_winograd(layer: PlannedConv2d, x: np.ndarray, residual: np.ndarray | No
     xl = channels_last(x)
     n = xl.shape[0]
     oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
-    out = np.empty((n, oh, ow, layer.out_channels), np.float32)
+    out = arena.empty(layer, (n, oh, ow, layer.out_channels))
     packed = layer.packed("winograd" if m == 2 else f"winograd{m}")
     res = None if residual is None else channels_last(residual)
     act = (layer.act or "none") if act is None else act
@@ -144,7 +145,7 @@ def conv_native_depthwise(layer: PlannedConv2d, x: np.ndarray) -> np.ndarray:
     xl = channels_last(x)
     n = xl.shape[0]
     oh, ow = layer.out_size(xl.shape[1], xl.shape[2])
-    out = np.empty((n, oh, ow, layer.out_channels), np.float32)
+    out = arena.empty(layer, (n, oh, ow, layer.out_channels))
     per_pixel = 2 * layer.weight.shape[2] * layer.weight.shape[3] * layer.out_channels
 
     def part(p0: int, p1: int) -> None:
@@ -190,7 +191,7 @@ def linear_blas(layer: PlannedLinear, x2: np.ndarray) -> np.ndarray:
 def linear_native(layer: PlannedLinear, x2: np.ndarray, dtype: str = "float32") -> np.ndarray:
     nat = native()
     m = x2.shape[0]
-    out = np.empty((m, layer.out_features), np.float32)
+    out = arena.empty(layer, (m, layer.out_features))
     packed = layer.packed(dtype)
 
     def part(r0: int, r1: int) -> None:

@@ -31,7 +31,9 @@ import numpy as np
 from serve.inference import capture
 from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
+from serve.inference.arena import Arena
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
+from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn.module import Module
 from serve.tensor.grad_mode import is_grad_enabled, no_grad
 from serve.tensor.tensor import Tensor
@@ -94,6 +96,7 @@ class OptimizedModule:
         self._warmed: list[list[int]] = []
         self._plan_s = 0.0
         self._lock = threading.RLock()
+        self.arena = Arena()
 
     # -- calling ----------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -140,10 +143,14 @@ class OptimizedModule:
             self._rewrite = rewriting.plan_rewrites(trace, self.original, self._passes)
             del trace
             plan = rewriting.rewrite_tree(self.original, self._rewrite)
+            for module in plan.modules():
+                if isinstance(module, PlannedMaxPool2d):
+                    module.arena = self.arena
             for layer in self._rewrite.fused.values():
                 layers = [layer] + ([layer.group.combined] if getattr(layer, "group", None) is not None else [])
                 for each in layers:
                     each.tune, each.product_dtype, each.allowed = self._tune, self.products, self._kernels
+                    each.arena = self.arena
             out = plan(*args, **kwargs)
             if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers
                 out = plan(*args, **kwargs)
@@ -202,6 +209,7 @@ class OptimizedModule:
             "products": self.products,
             "warmed": list(self._warmed),
             "plan_seconds": round(self._plan_s, 3),
+            "arena": self.arena.describe(),
         }
 
 

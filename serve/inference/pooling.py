@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from serve.backend import cpu_threads
-from serve.inference import kernels
+from serve.inference import arena, kernels
 from serve.inference.epilogue import wrap
 from serve.nn import MaxPool2d
 from serve.nn.module import Module
@@ -63,7 +63,7 @@ class PlannedMaxPool2d(Module):
         oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
         if oh <= 0 or ow <= 0:
             return self.original(x)
-        out = np.empty((n, oh, ow, c), np.float32)
+        out = arena.empty(self, (n, oh, ow, c))
         nat = kernels.native()
         if nat is not None:
 
