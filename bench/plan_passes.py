@@ -1,15 +1,16 @@
 """What each pass and kernel of the inference plan buys, measured one step at a time on serve alone.
 
     .venv/bin/python bench/plan_passes.py                     # ResNet-18 b8, MobileNetV2 b8, MiniLM-L6 b8
+    .venv/bin/python bench/plan_passes.py --case "Encoder b8"  # the 6-layer post-LN nn.TransformerEncoder
     .venv/bin/python bench/plan_passes.py --case "ResNet-18 b8" --rounds 7
 
-Each step adds one thing to the one before: eager; the plan's structure alone (the rewritten tree, numpy
-reference kernels, no pass); + batch norm folded; + activations fused; + the other passes (channels-last max
-pool, grouped products); + the numpy 1x1 GEMM kernel; + serve's native fp32 kernels (the full default plan);
-+ bfloat16 products (where the CPU has AVX512-BF16). All steps are planned once, then timed in alternated
-rounds (one serve process: the same library, so no thread pools compete), and the median call is reported with
-its ratio to eager and its largest output difference from eager (relative to the largest |value|). 2 lanes, as
-bench/runtime.py.
+Each step adds one thing to the one before: eager; the plan's structure alone (the rewritten tree, numpy reference
+kernels, no pass); + batch norm folded; + activations fused; + the other passes (channels-last max pool, grouped
+products); + the numpy 1x1 GEMM kernel; + serve's native fp32 kernels; + the residual add in the GEMM's epilogue
+and the native LayerNorm in the same pass (the "addnorm" pass: the full default plan); + bfloat16 products (where
+the CPU has AVX512-BF16). All steps are planned once, then timed in alternated rounds (one serve process: the same
+library, so no thread pools compete), and the median call is reported with its ratio to eager and its largest
+output difference from eager (relative to the largest |value|). 2 lanes, as bench/runtime.py.
 """
 
 from __future__ import annotations
@@ -35,13 +36,15 @@ from serve.zoo import all_minilm_l6_v2, mobilenet_v2, resnet18
 
 NUMPY_KERNELS = ("gemm_nhwc",)
 FP32 = ("gemm_nhwc", "native_nhwc", "native_depthwise", "native")
+BEFORE_ADDNORM = ("fold", "fuse", "group", "pool")  # the native LayerNorm and the fused add come with "addnorm"
 STEPS: list[tuple[str, dict[str, Any]]] = [
     ("plan structure only", {"passes": (), "kernels": ()}),
     ("+ batch norm folded", {"passes": ("fold",), "kernels": ()}),
     ("+ activations fused", {"passes": ("fold", "fuse"), "kernels": ()}),
-    ("+ channels-last pool, grouped products", {"kernels": ()}),
-    ("+ 1x1 conv as one BLAS product", {"kernels": NUMPY_KERNELS}),
-    ("+ native fp32 kernels (the default plan)", {"kernels": FP32}),
+    ("+ channels-last pool, grouped products", {"passes": BEFORE_ADDNORM, "kernels": ()}),
+    ("+ 1x1 conv as one BLAS product", {"passes": BEFORE_ADDNORM, "kernels": NUMPY_KERNELS}),
+    ("+ native fp32 kernels", {"passes": BEFORE_ADDNORM, "kernels": FP32}),
+    ("+ residual add in the GEMM, LayerNorm with it (the default plan)", {"kernels": FP32}),
     ("+ bfloat16 products", {"dtype": "bfloat16"}),
 ]
 
@@ -62,6 +65,10 @@ def case(name: str) -> tuple[nn.Module, tuple]:
         model = all_minilm_l6_v2()[0].auto_model.eval()
         ids = serve.from_numpy(rng.integers(1000, 30000, (8, 128)))
         return model, (ids, serve.ones(8, 128, dtype=serve.int64))
+    if name.startswith("Encoder"):  # bench/runtime.py's "Encoder 6x384 b8 seq128"
+        layer = nn.TransformerEncoderLayer(384, 12, 1536, activation="gelu", batch_first=True)
+        model = nn.TransformerEncoder(layer, 6).eval()
+        return model, (serve.from_numpy(rng.standard_normal((8, 128, 384), dtype=np.float32)),)
     model = _norms(resnet18() if name.startswith("ResNet") else mobilenet_v2())
     return model, (serve.from_numpy(rng.standard_normal((8, 3, 224, 224), dtype=np.float32)),)
 
@@ -111,7 +118,7 @@ def _error(got: Any, want: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", help="ResNet-18 b8, MobileNetV2 b8 or MiniLM-L6 b8")
+    parser.add_argument("--case", action="append", help="ResNet-18 b8, MobileNetV2 b8, MiniLM-L6 b8 or Encoder b8")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args()

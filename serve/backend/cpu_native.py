@@ -1,5 +1,6 @@
 """Native CPU kernels (serve/backend/native/serve_kernels.c) through ctypes: implicit-GEMM convolution in NHWC, GEMM
-on packed weights and depthwise convolution, each with its epilogue fused: out = act(acc + bias + residual).
+on packed weights and depthwise convolution, each with its epilogue fused: out = act(acc + bias + residual); and
+LayerNorm with the residual add before it (sk_norm.c).
 
 The C source is built at install into two shared libraries, AVX-512 and AVX2; the one this CPU runs is picked here at
 import from /proc/cpuinfo (AVX-512F+BW+DQ+VL, else AVX2+FMA, else none). `SERVE_NATIVE=0` turns them off (A/B
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "conv2d_nhwc", "depthwise_nhwc", "gemm", "isa",
-           "max_pool_nhwc", "pack_conv_weight", "pack_weight", "pack_winograd_weight", "round_bf16",
+           "layer_norm", "max_pool_nhwc", "pack_conv_weight", "pack_weight", "pack_winograd_weight", "round_bf16",
            "winograd_nhwc"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish", "sigmoid")
@@ -41,6 +42,7 @@ _SIGNATURES = {
     "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
     "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64, _INT],
     "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
+    "sk_layernorm": [_PTR] * 3 + [_I64] + [_PTR] * 2 + [ctypes.c_float, _I64, _I64],
 }
 _BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
 
@@ -58,6 +60,7 @@ class _Lib:
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
         self.maxpool, self.attention, self.winograd = self.dll.sk_maxpool, self.dll.sk_attention, self.dll.sk_winograd
+        self.layernorm = self.dll.sk_layernorm
         self.nr: int = self.dll.sk_nr()
         if name == _BF16:
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
@@ -313,6 +316,34 @@ def gemm(
     if r1 > r0 and fn(a.ctypes.data, a.strides[0] // 4, k, packed.data.ctypes.data, n, b, r, out.ctypes.data, code,
                       r0, r1):  # fmt: skip
         raise MemoryError("gemm: out of memory for the bf16 rows")
+    return out
+
+
+def layer_norm(
+    x: np.ndarray,
+    weight: np.ndarray | None,
+    bias: np.ndarray | None,
+    eps: float,
+    residual: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+    rows: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """PyTorch's LayerNorm over the last dim of (x + residual), rows independent: out[..., N] = (s - mean) /
+    sqrt(biased var + eps) * weight + bias, s = x + residual (sk_norm.c). weight / bias (N,) or None; `out` may be x
+    or residual (in place); `rows=(r0, r1)` computes only those rows of the flattened (M, N)."""
+    lib = _need()
+    _check("layer_norm x", x)
+    if x.ndim < 1:
+        raise ValueError("layer_norm: x needs a last dimension")
+    n = x.shape[-1]
+    m = x.size // n if n else 0
+    w = None if weight is None else _check("layer_norm weight", weight, (n,)).ctypes.data
+    b = None if bias is None else _check("layer_norm bias", bias, (n,)).ctypes.data
+    r = None if residual is None else _check("layer_norm residual", residual, x.shape).ctypes.data
+    out = _output("layer_norm", out, x.shape)
+    r0, r1 = _span("layer_norm", rows, m)
+    if r1 > r0:
+        lib.layernorm(x.ctypes.data, r, out.ctypes.data, n, w, b, float(eps), r0, r1)
     return out
 
 

@@ -6,7 +6,8 @@ serve's no_grad fast paths call the backend directly, and code between modules (
 a reshape) stays the module's own Python, run as written. A forward hook on every leaf records, in execution
 order, each call's module, its first input tensor and its output tensor, with the storage version of each (so an
 in-place write between two modules, such as ResNet's `out += identity` before the last ReLU, breaks the edge).
-In-place adds of one tensor to another (`out += identity`) are recorded too, for the residual pass.
+Adds of one tensor to another, in place (`out += identity`) and out of place (`x + out`, `Tensor.__add__`, which
+`t + u` calls for any two tensors), are recorded too, for the residual passes.
 
 An edge "B consumed A's output" is kept only when it held at every call of both modules: a module called from
 two places (ResNet's one `self.relu`) fuses at no call site unless every one of them qualifies. What capture
@@ -44,10 +45,22 @@ class Trace:
     calls: list[Call] = field(default_factory=list)
     # every `t += other` of a tensor other: (t, its storage version before the add); held, so ids stay unique
     iadds: list[tuple[Tensor, int]] = field(default_factory=list)
+    # every out-of-place `a + b` of two tensors of one shape: (a, b, the sum, and the version of each); held too
+    adds: list[tuple[Tensor, int, Tensor, int, Tensor, int]] = field(default_factory=list)
 
     def added_to(self, t: Tensor | None, version: int) -> bool:
         """Whether `t += tensor` ran on t while its storage was at `version` (the first write after it)."""
         return t is not None and any(target is t and v == version for target, v in self.iadds)
+
+    def adds_of(self, t: Tensor | None, version: int) -> list[tuple[Tensor, Tensor]]:
+        """(the other operand, the sum) of each out-of-place `t + other` / `other + t` while t was at `version`."""
+        found = []
+        for a, va, b, vb, out, _ in self.adds:
+            if a is t and va == version:
+                found.append((b, out))
+            elif b is t and vb == version:
+                found.append((a, out))
+        return found
 
     def calls_of(self, module: Module) -> list[Call]:
         return [c for c in self.calls if c.module is module]
@@ -60,6 +73,10 @@ class Trace:
             if earlier.output is call.input:
                 return earlier if earlier.output_version == call.input_version else None
         return None
+
+    def consumers_of_tensor(self, t: Tensor | None, version: int) -> list[Call]:
+        """Leaf calls that took t, at `version`, as their first input."""
+        return [c for c in self.calls if t is not None and c.input is t and c.input_version == version]
 
     def consumers_of(self, call: Call) -> list[Call]:
         """Leaf calls that took `call`'s output as their first input before anything wrote to it in place (a
@@ -103,11 +120,22 @@ def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, An
             result.iadds.append((self, versions.version(self._data)))
         return iadd(self, other)
 
+    add = Tensor.__add__
+
+    def recording_add(self: Tensor, other: Any) -> Tensor:
+        out = add(self, other)
+        if isinstance(other, Tensor) and other is not self and other.shape == self.shape:
+            result.adds.append((self, versions.version(self._data), other, versions.version(other._data), out,
+                                versions.version(out._data)))  # fmt: skip
+        return out
+
     Tensor.__iadd__ = recording_iadd  # type: ignore[method-assign]
+    Tensor.__add__ = recording_add  # type: ignore[method-assign]
     try:
         output = model(*args, **kwargs)
     finally:
         Tensor.__iadd__ = iadd  # type: ignore[method-assign]
+        Tensor.__add__ = add  # type: ignore[method-assign]
         for h in handles:
             h.remove()
     return result, output

@@ -7,7 +7,10 @@
 - group: linear layers that always took the same input, and only together (attention's query, key and value),
   run as one product (planned.LinearGroup);
 - residual: a convolution whose output always took `out += t` next adds t (and the activation after it) in its
-  epilogue (serve.inference.residual).
+  epilogue (serve.inference.residual);
+- addnorm: a linear layer whose output always went next into one add with another tensor (`out + t`, `t + out`,
+  `out += t`) adds it in its GEMM's epilogue, and a LayerNorm (over the last dim) runs on the native kernel, in the
+  same pass as that GEMM when it reads such a sum (serve.inference.addnorm).
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
 change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
 folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
@@ -19,12 +22,15 @@ import copy
 from dataclasses import dataclass, field
 
 from serve import nn
+from serve.inference.addnorm import PlannedLayerNorm, plannable_norm
 from serve.inference.capture import Call, Trace
 from serve.inference.epilogue import activation_name
 from serve.inference.planned import LinearGroup, PlannedConv2d, PlannedLinear, Skip, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn import functional as F
 from serve.nn.module import Module
+from serve.tensor import versions
+from serve.tensor.tensor import Tensor
 
 __all__ = ["PASSES", "Rewrite", "plan_rewrites", "rewrite_tree"]
 
@@ -38,9 +44,11 @@ class Rewrite:
     fused: dict[str, _Fused] = field(default_factory=dict)
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
-                                                            "grouped": 0, "residual_fused": 0})  # fmt: skip
+                                                            "grouped": 0, "residual_fused": 0, "layer_norm": 0,
+                                                            "add_norm": 0})  # fmt: skip
     passes: tuple[str, ...] = ()
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
+    norms: dict[int, PlannedLayerNorm] = field(default_factory=dict)  # id(LayerNorm) -> its planned form
 
 
 def _only_follower(trace: Trace, call: Call) -> Call | None:
@@ -73,7 +81,7 @@ def _plannable(module: Module) -> bool:
     return type(module) is nn.Linear and module.weight._dtype.name == "float32"
 
 
-PASSES = ("fold", "fuse", "group", "pool")  # all on by default; a subset measures what each one buys
+PASSES = ("fold", "fuse", "group", "pool", "addnorm")  # all on by default; a subset measures what each one buys
 
 
 def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES) -> Rewrite:
@@ -116,7 +124,60 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
         _defer_residual_adds(trace, model, rw)
     if "group" in passes:
         _group_shared_inputs(trace, model, rw)
+    if "addnorm" in passes:
+        _plan_add_norms(trace, model, rw, _defer_linear_adds(trace, model, rw))
     return rw
+
+
+def _residual_sum(trace: Trace, call: Call) -> tuple[Tensor | None] | None:
+    """How `call`'s output (or the same tensor passed on unchanged by leaves such as an eval Dropout) went into
+    exactly one add with another tensor and nothing else the capture saw: (the out-of-place sum,) or (None,) for
+    `out += t`; None otherwise."""
+    t, v = call.output, call.output_version
+    if t is None or any(c.output is not t or c.extra_inputs for c in trace.consumers_of(call)):
+        return None
+    adds, iadd = trace.adds_of(t, v), trace.added_to(t, v)
+    if len(adds) + iadd != 1:
+        return None
+    return (adds[0][1],) if adds else (None,)
+
+
+def _defer_linear_adds(trace: Trace, model: Module, rw: Rewrite) -> dict[int, tuple[Tensor, int]]:
+    """Planned linear layers (no fold, no activation, no group) whose output took one add next at every call return
+    it pending (serve.inference.addnorm); the out-of-place sums they made, by id: (sum, its version)."""
+    modules = dict(model.named_modules())
+    sums: dict[int, tuple[Tensor, int]] = {}
+    for name, planned in rw.fused.items():
+        if not isinstance(planned, PlannedLinear) or planned.act is not None or planned.folded or planned.group:
+            continue
+        calls = trace.calls_of(modules[name])
+        found = [_residual_sum(trace, c) for c in calls]
+        if not calls or any(f is None for f in found):
+            continue
+        planned.residual_add = True
+        rw.counts["residual_fused"] += 1
+        for f in found:
+            if f is not None and f[0] is not None:
+                sums[id(f[0])] = (f[0], versions.version(f[0]._data))
+    return sums
+
+
+def _plan_add_norms(trace: Trace, model: Module, rw: Rewrite, sums: dict[int, tuple[Tensor, int]]) -> None:
+    """Every LayerNorm the native kernel runs becomes a PlannedLayerNorm; one that always read such a sum (the GEMM
+    and the norm then run in one pass) writes over it when nothing else the capture saw read that sum."""
+    for module in model.modules():
+        calls = trace.calls_of(module)
+        if not calls or not plannable_norm(module):
+            continue
+        norm = rw.norms[id(module)] = PlannedLayerNorm(module)
+        rw.counts["layer_norm"] += 1
+        inputs = [sums.get(id(c.input)) for c in calls]
+        if any(s is None or s[0] is not c.input or s[1] != c.input_version for s, c in zip(inputs, calls)):
+            continue
+        rw.counts["add_norm"] += 1
+        norm.in_place = all(trace.consumers_of_tensor(c.input, c.input_version) == [c]
+                            and not trace.adds_of(c.input, c.input_version)
+                            and not trace.added_to(c.input, c.input_version) for c in calls)  # fmt: skip
 
 
 def _group_shared_inputs(trace: Trace, model: Module, rw: Rewrite) -> None:
@@ -207,6 +268,8 @@ def rewrite_tree(model: Module, rw: Rewrite) -> Module:
         name = by_id.get(id(module))
         if name in rw.fused:
             new: Module = rw.fused[name]
+        elif id(module) in rw.norms:
+            new = rw.norms[id(module)]
         elif type(module) is nn.MaxPool2d and "pool" in rw.passes:
             new = PlannedMaxPool2d(module)
         elif id(module) in rw.skipped:

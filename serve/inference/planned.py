@@ -23,7 +23,7 @@ import numpy as np
 import serve
 from serve import nn
 from serve.backend import cpu_nn
-from serve.inference import kernels, residual
+from serve.inference import addnorm, kernels, residual
 from serve.inference.epilogue import activation_name, apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
@@ -306,6 +306,7 @@ class PlannedLinear(_Fused):
         self.out_features, self.in_features = self.weight.shape
         self.folded = bn is not None
         self.group: LinearGroup | None = None
+        self.residual_add = False  # its output goes next into `+ t`: return it pending (serve.inference.addnorm)
         self._w_t = serve.from_numpy(self.weight)
         self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
 
@@ -323,6 +324,10 @@ class PlannedLinear(_Fused):
         x2 = data if data.ndim == 2 else data.reshape(-1, self.in_features)
         if not x2.flags.c_contiguous:
             x2 = np.ascontiguousarray(x2)
+        if self.residual_add:
+            kernel = self.choices.get((x2.shape, x2.strides), "")
+            if kernel.startswith("native"):
+                return addnorm.pending_linear(self, x, x2, kernel)
         y = self._run(x, x2)
         if data.ndim != 2:
             y = wrap(y._data.reshape(data.shape[:-1] + (self.out_features,)), x)
@@ -330,8 +335,14 @@ class PlannedLinear(_Fused):
             self._mark(y)
         return y
 
+    def _unfused_after(self, name: str, out: np.ndarray) -> None:
+        """Only the native GEMM takes the residual add into its epilogue: time the add the others leave undone."""
+        if self.residual_add and not name.startswith("native"):
+            np.add(out, out, out=out)
+
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, bn_folded={self.folded}, act={self.act}"
+        return (f"{self.in_features}, {self.out_features}, bn_folded={self.folded}, act={self.act}, "
+                f"residual_add={self.residual_add}")  # fmt: skip
 
 
 class LinearGroup:

@@ -1,0 +1,94 @@
+/* serve's native LayerNorm over the last dimension, with the residual add before it fused:
+ *   out[r] = (s - mean(s)) / sqrt(var(s) + eps) * gamma + beta,   s = x[r] + res[r]  (res NULL: s = x[r])
+ * PyTorch's semantics: biased variance, eps inside the square root, gamma / beta optional (elementwise_affine off,
+ * or bias=False). Two passes over each row for the statistics (mean, then the squared deviations: no cancellation
+ * as in E[s^2] - mean^2), one to write; a row of a transformer (384-1024 floats) stays in L1 across them.
+ *
+ * Rows are independent, so `rows [r0, r1)` lets lanes (serve.backend.cpu_threads) split the work, as the other
+ * kernels do. `out` may be `x` or `res` (in place): each row is read before it is written, element by element.
+ * Built once per ISA with serve_kernels.c into the same library (setup.py); the vector names come from sk_isa.h. */
+#include <math.h>
+
+#include "sk_isa.h"
+
+static inline float row_sum(V acc) {
+    float buf[VL], t = 0.0f;
+    vstore(buf, acc);
+    for (int i = 0; i < VL; i++)
+        t += buf[i];
+    return t;
+}
+
+/* s = x + res written to dst (res NULL: dst is x, nothing written); returns sum(s). */
+static float add_and_sum(const float *x, const float *res, float *dst, long long n) {
+    V acc = vzero();
+    long long j = 0;
+    float tail = 0.0f;
+    if (res) {
+        for (; j + VL <= n; j += VL) {
+            V s = vadd(vload(x + j), vload(res + j));
+            vstore(dst + j, s);
+            acc = vadd(acc, s);
+        }
+        for (; j < n; j++) {
+            dst[j] = x[j] + res[j];
+            tail += dst[j];
+        }
+    } else {
+        for (; j + VL <= n; j += VL)
+            acc = vadd(acc, vload(x + j));
+        for (; j < n; j++)
+            tail += x[j];
+    }
+    return row_sum(acc) + tail;
+}
+
+static float squared_deviations(const float *s, long long n, float mean) {
+    V acc = vzero(), m = vset1(mean);
+    long long j = 0;
+    for (; j + VL <= n; j += VL) {
+        V d = vsub(vload(s + j), m);
+        acc = vfma(d, d, acc);
+    }
+    float tail = 0.0f;
+    for (; j < n; j++)
+        tail += (s[j] - mean) * (s[j] - mean);
+    return row_sum(acc) + tail;
+}
+
+static void normalize(const float *s, float *out, long long n, float mean, float rstd, const float *gamma,
+                      const float *beta) {
+    V m = vset1(mean), r = vset1(rstd);
+    long long j = 0;
+    for (; j + VL <= n; j += VL) {
+        V y = vmul(vsub(vload(s + j), m), r);
+        if (gamma)
+            y = beta ? vfma(y, vload(gamma + j), vload(beta + j)) : vmul(y, vload(gamma + j));
+        else if (beta)
+            y = vadd(y, vload(beta + j));
+        vstore(out + j, y);
+    }
+    for (; j < n; j++) {
+        float y = (s[j] - mean) * rstd;
+        if (gamma)
+            y *= gamma[j];
+        if (beta)
+            y += beta[j];
+        out[j] = y;
+    }
+}
+
+int SK_EXPORT(layernorm)(const float *x, const float *res, float *out, long long n, const float *gamma,
+                         const float *beta, float eps, long long r0, long long r1) {
+    if (n <= 0)
+        return 0;
+    for (long long r = r0; r < r1; r++) {
+        const float *xr = x + r * n, *rr = res ? res + r * n : 0;
+        float *orow = out + r * n;
+        const float *s = rr ? orow : xr; /* the sum lands in out, then is normalized there */
+        float mean = add_and_sum(xr, rr, orow, n) / (float)n;
+        float var = squared_deviations(s, n, mean) / (float)n;
+        normalize(s, orow, n, mean, 1.0f / sqrtf(var + eps), gamma, beta);
+    }
+    return 0;
+}
