@@ -223,15 +223,21 @@ def test_snapshot_restores_models_after_restart(tmp_path: Path) -> None:
 def test_sigterm_drains_requests_in_flight(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    recorder_archive(store, "echo", tmp_path / "b.log")
+    log = tmp_path / "b.log"
+    recorder_archive(store, "echo", log)
     server = ServerProcess(tmp_path / "run", store, "--ncs", "--disable-token-auth", "--models", "echo=echo.mar")
     server.start()
     results: list[httpx.Response] = []
     threads = [threading.Thread(target=lambda: results.append(_echo(server, "sleep", timeout=60))) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.5)  # the requests are in the queue or running
-    code = server.stop()
+    # stop once the handler has taken the last of the three (each sleeps 1 s there), however slowly this machine
+    # starts the client threads: a fixed wait let a loaded CI stop the server before two of them had connected
+    deadline = time.monotonic() + 30
+    while sum(_batches(log)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sum(_batches(log)) == 3, f"the handler saw batches {_batches(log)}"
+    code = server.stop()  # while the handler runs the last one
     for t in threads:
         t.join(60)
     assert code == 0, server.log()
