@@ -19,7 +19,13 @@ glibc and libstdc++ by hand and point this script at them (nothing is installed 
 
     pip download perf-analyzer==2.60.0 --no-deps --only-binary=:all: --platform manylinux_2_38_x86_64 -d /tmp/pa
     python -m zipfile -e /tmp/pa/perf_analyzer-2.60.0-*.whl /tmp/pa/wheel && chmod +x /tmp/pa/wheel/perf_analyzer/bin/*
-    # libc6, libstdc++6 and libgcc-s1 from Debian 13 (trixie), unpacked with dpkg-deb -x into /tmp/pa/root
+    # libc6, libstdc++6 and libgcc-s1 from Debian 13 (trixie), with apt's own lists and cache under /tmp/pa/apt:
+    mkdir -p /tmp/pa/apt/lists/partial /tmp/pa/apt/cache/archives/partial && cd /tmp/pa/apt
+    # sources.list here: one `deb` line for the system's Debian mirror (as in /etc/apt/sources.list.d), suite trixie
+    A="-o Dir::Etc::SourceList=$PWD/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$PWD/lists
+       -o Dir::Cache=$PWD/cache -o Dir::State::status=/dev/null"
+    apt-get $A update && apt-get $A download libc6 libstdc++6 libgcc-s1
+    for deb in *.deb; do dpkg-deb -x $deb /tmp/pa/root; done; cd -
     .venv/bin/python bench/perf_analyzer.py --binary /tmp/pa/wheel/perf_analyzer/bin/perf_analyzer \\
         --libs /tmp/pa/root/usr/lib/x86_64-linux-gnu
 
