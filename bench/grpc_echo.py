@@ -142,6 +142,8 @@ def block(variant: str, seconds: float, body: bytes) -> tuple[float, float]:
         server = subprocess.Popen([sys.executable, __file__, "--serve", variant, str(port_file)], env=env)
         try:
             while not port_file.exists() or not port_file.read_text():
+                if server.poll() is not None:
+                    raise RuntimeError(f"the {variant} server exited with {server.returncode}")
                 time.sleep(0.05)
             time.sleep(0.5)
             port = int(port_file.read_text())
