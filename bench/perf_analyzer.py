@@ -8,9 +8,11 @@ a serve.nn MLP 64-128-10 (seeded weights) behind the built-in `tensor` handler, 
 1 worker (bench/server.py's registration), with a model-config that declares its tensors (`INPUT0` FP32 [-1, 64],
 `OUTPUT0` FP32 [-1, 10]) so that the Open Inference Protocol's `/v2/models/mlp/config` and gRPC ModelConfig answer
 what perf_analyzer reads (serve/frontends/oip/repository.py). perf_analyzer (`--service-kind=triton`, sync, one
-request of batch 1 per call, random FP32 data) runs `-i http` and `-i grpc` over `--concurrency-range 1:8`, in
-bounded time windows (`--measurement-interval`, `--max-trials`), writing its CSV (`-f`); the table takes, per
-concurrency, the median over `--rounds` runs of each protocol (alternated HTTP, gRPC, HTTP, ...).
+request of batch 1 per call, random FP32 data) runs once per protocol and concurrency (`--concurrency-range c:c`,
+c = 1..8), alternating `-i http` and `-i grpc` `--rounds` times at each c, in bounded time windows
+(`--measurement-interval`, `--max-trials`, `--stability-percentage`), writing its CSV (`-f`); the table quotes the
+median run of each. A run that finds no stable measurement within its windows (a busy machine) is left out and
+counted under the table; any other failure stops the script with perf_analyzer's output.
 
 The binary: the `perf-analyzer` wheel (the `bench` extra) ships it as `perf_analyzer/bin/perf_analyzer`. Its
 wheels are tagged manylinux_2_38 (glibc 2.38, libstdc++ of GCC 13), so on an older system (Debian 12 has glibc
