@@ -7,7 +7,8 @@
 Each step adds one thing to the one before: eager; the plan's structure alone (the rewritten tree, numpy reference
 kernels, no pass); + batch norm folded; + activations fused; + the other passes (channels-last max pool, grouped
 products); + the numpy 1x1 GEMM kernel; + serve's native fp32 kernels; + the residual add in the GEMM's epilogue
-and the native LayerNorm in the same pass (the "addnorm" pass: the full default plan); + bfloat16 products (where
+and the native LayerNorm in the same pass (the "addnorm" pass); + nn.MultiheadAttention's projections planned (the
+"attention" pass: the full default plan); + bfloat16 products (where
 the CPU has AVX512-BF16). All steps are planned once, then timed in alternated rounds (one serve process: the same
 library, so no thread pools compete), and the median call is reported with its ratio to eager and its largest
 output difference from eager (relative to the largest |value|). 2 lanes, as bench/runtime.py.
@@ -44,7 +45,8 @@ STEPS: list[tuple[str, dict[str, Any]]] = [
     ("+ channels-last pool, grouped products", {"passes": BEFORE_ADDNORM, "kernels": ()}),
     ("+ 1x1 conv as one BLAS product", {"passes": BEFORE_ADDNORM, "kernels": NUMPY_KERNELS}),
     ("+ native fp32 kernels", {"passes": BEFORE_ADDNORM, "kernels": FP32}),
-    ("+ residual add in the GEMM, LayerNorm with it (the default plan)", {"kernels": FP32}),
+    ("+ residual add in the GEMM, LayerNorm with it", {"passes": BEFORE_ADDNORM + ("addnorm",), "kernels": FP32}),
+    ("+ multi-head attention's projections planned (the default plan)", {"kernels": FP32}),
     ("+ bfloat16 products", {"dtype": "bfloat16"}),
 ]
 

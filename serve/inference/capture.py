@@ -7,7 +7,9 @@ a reshape) stays the module's own Python, run as written. A forward hook on ever
 order, each call's module, its first input tensor and its output tensor, with the storage version of each (so an
 in-place write between two modules, such as ResNet's `out += identity` before the last ReLU, breaks the edge).
 Adds of one tensor to another, in place (`out += identity`) and out of place (`x + out`, `Tensor.__add__`, which
-`t + u` calls for any two tensors), are recorded too, for the residual passes.
+`t + u` calls for any two tensors), are recorded too, for the residual passes. An `nn.MultiheadAttention` is
+hooked as if it were a leaf (its projections are computed from weights, not called), its output being the attention
+output, the first of the pair it returns.
 
 An edge "B consumed A's output" is kept only when it held at every call of both modules: a module called from
 two places (ResNet's one `self.relu`) fuses at no call site unless every one of them qualifies. What capture
@@ -19,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from serve import nn
 from serve.nn.module import Module
 from serve.tensor import versions
 from serve.tensor.tensor import Tensor
@@ -88,7 +91,16 @@ class Trace:
 
 
 def _leaves(model: Module) -> list[tuple[str, Module]]:
-    return [(name, m) for name, m in model.named_modules() if not any(True for _ in m.children())]
+    """The leaf modules, and the multi-head attentions as if they were leaves (their output projection is computed
+    from its weights, never called: serve.inference.attention plans the attention whole); nothing inside one."""
+    attentions = [name for name, m in model.named_modules() if type(m) is nn.MultiheadAttention]
+    inside = tuple(f"{name}." for name in attentions if name)
+    leaves = [
+        (name, m)
+        for name, m in model.named_modules()
+        if (name in attentions or not any(True for _ in m.children())) and not name.startswith(inside)
+    ]
+    return leaves if "" not in attentions else [("", model)]
 
 
 def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, Any]:
@@ -106,6 +118,8 @@ def trace(model: Module, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, An
     def after(mod: Module, inputs: tuple, output: Any) -> None:
         call = pending.pop()
         call.index = len(result.calls)
+        if isinstance(output, tuple) and output and type(mod) is nn.MultiheadAttention:
+            output = output[0]  # (attention output, weights or None)
         if isinstance(output, Tensor):
             call.output, call.output_version = output, versions.version(output._data)
         result.calls.append(call)

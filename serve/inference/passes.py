@@ -10,7 +10,9 @@
   epilogue (serve.inference.residual);
 - addnorm: a linear layer whose output always went next into one add with another tensor (`out + t`, `t + out`,
   `out += t`) adds it in its GEMM's epilogue, and a LayerNorm (over the last dim) runs on the native kernel, in the
-  same pass as that GEMM when it reads such a sum (serve.inference.addnorm).
+  same pass as that GEMM when it reads such a sum (serve.inference.addnorm);
+- attention: an nn.MultiheadAttention runs its projections as planned linear layers (serve.inference.attention),
+  its output projection taking part in addnorm like any linear layer.
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
 change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
 folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from serve import nn
 from serve.inference.addnorm import PlannedLayerNorm, plannable_norm
+from serve.inference.attention import PlannedMultiheadAttention, plannable_attention
 from serve.inference.capture import Call, Trace
 from serve.inference.epilogue import activation_name
 from serve.inference.planned import LinearGroup, PlannedConv2d, PlannedLinear, Skip, _Fused
@@ -45,10 +48,11 @@ class Rewrite:
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
                                                             "grouped": 0, "residual_fused": 0, "layer_norm": 0,
-                                                            "add_norm": 0})  # fmt: skip
+                                                            "add_norm": 0, "attention": 0})  # fmt: skip
     passes: tuple[str, ...] = ()
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
     norms: dict[int, PlannedLayerNorm] = field(default_factory=dict)  # id(LayerNorm) -> its planned form
+    attentions: dict[int, PlannedMultiheadAttention] = field(default_factory=dict)  # id(MultiheadAttention) -> ...
 
 
 def _only_follower(trace: Trace, call: Call) -> Call | None:
@@ -81,7 +85,8 @@ def _plannable(module: Module) -> bool:
     return type(module) is nn.Linear and module.weight._dtype.name == "float32"
 
 
-PASSES = ("fold", "fuse", "group", "pool", "addnorm")  # all on by default; a subset measures what each one buys
+# all on by default; a subset measures what each one buys
+PASSES = ("fold", "fuse", "group", "pool", "addnorm", "attention")
 
 
 def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES) -> Rewrite:
@@ -124,9 +129,26 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
         _defer_residual_adds(trace, model, rw)
     if "group" in passes:
         _group_shared_inputs(trace, model, rw)
+    if "attention" in passes:
+        _plan_attentions(trace, model, rw)
     if "addnorm" in passes:
         _plan_add_norms(trace, model, rw, _defer_linear_adds(trace, model, rw))
     return rw
+
+
+def _plan_attentions(trace: Trace, model: Module, rw: Rewrite) -> None:
+    """Each multi-head attention that ran and that the plan can run becomes a PlannedMultiheadAttention, its two
+    projections planned linear layers (named `<attention>.in_proj` and `<attention>.out_proj` among the fused)."""
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.MultiheadAttention) or not plannable_attention(module):
+            continue
+        if not trace.calls_of(module):
+            continue
+        planned = rw.attentions[id(module)] = PlannedMultiheadAttention(module)
+        prefix = f"{name}." if name else ""
+        rw.fused[prefix + "in_proj"], rw.fused[prefix + "out_proj"] = planned.in_proj, planned.out_proj
+        rw.counts["attention"] += 1
+        rw.counts["linear"] += 2
 
 
 def _residual_sum(trace: Trace, call: Call) -> tuple[Tensor | None] | None:
@@ -146,9 +168,13 @@ def _defer_linear_adds(trace: Trace, model: Module, rw: Rewrite) -> dict[int, tu
     """Planned linear layers (no fold, no activation, no group) whose output took one add next at every call return
     it pending (serve.inference.addnorm); the out-of-place sums they made, by id: (sum, its version)."""
     modules = dict(model.named_modules())
+    for attention in rw.attentions.values():  # the output projection's calls are the attention's own
+        modules[next(n for n, p in rw.fused.items() if p is attention.out_proj)] = attention.original
     sums: dict[int, tuple[Tensor, int]] = {}
     for name, planned in rw.fused.items():
         if not isinstance(planned, PlannedLinear) or planned.act is not None or planned.folded or planned.group:
+            continue
+        if name not in modules:  # an attention's input projection: no module of its own
             continue
         calls = trace.calls_of(modules[name])
         found = [_residual_sum(trace, c) for c in calls]
@@ -270,6 +296,8 @@ def rewrite_tree(model: Module, rw: Rewrite) -> Module:
             new: Module = rw.fused[name]
         elif id(module) in rw.norms:
             new = rw.norms[id(module)]
+        elif id(module) in rw.attentions:
+            new = rw.attentions[id(module)]
         elif type(module) is nn.MaxPool2d and "pool" in rw.passes:
             new = PlannedMaxPool2d(module)
         elif id(module) in rw.skipped:

@@ -74,8 +74,9 @@ def test_transformer_encoder_matches_eager_and_torch(norm_first, masked, batch):
     causal = np.triu(np.ones((9, 9), bool), 1)
     args = (serve.from_numpy(x),) + ((serve.from_numpy(causal), serve.from_numpy(pad)) if masked else ())
     opt, got, want = _plan(model, *args)
-    assert opt.describe()["passes"]["residual_fused"] == 2  # each layer's linear2
-    assert opt.describe()["passes"]["add_norm"] == (1 if norm_first else 2)  # the next norm that reads that sum
+    passes = opt.describe()["passes"]
+    assert passes["residual_fused"] == 4 and passes["attention"] == 2  # each layer's linear2 and out projection
+    assert passes["add_norm"] == (3 if norm_first else 4)  # each norm that reads such a sum
     assert_rel_close(got, want, 1e-4)
     if ref is not None:
         with torch.no_grad():
