@@ -44,13 +44,12 @@ import numpy as np
 lib, folder, name, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 sys.path.insert(0, sys.argv[5])
 x = np.load(folder + "/input.npy")
-weights = dict(np.load(folder + "/weights.npz"))
 if lib == "torch":
     import torch
     torch.set_num_threads(2)
     from tests.torchvision_reference import reference_torchvision
     model = getattr(reference_torchvision().models, name)(weights=None).eval()
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+    model.load_state_dict(torch.load(folder + "/weights.pt", weights_only=True))
     xt = torch.from_numpy(x)
     def call():
         with torch.inference_mode():
@@ -60,7 +59,7 @@ else:
     from serve.compat.torchvision import models
     from serve.inference import optimize
     model = getattr(models, name)(weights=None).eval()
-    model.load_state_dict({k: serve.from_numpy(v) for k, v in weights.items()}, strict=True)
+    model.load_state_dict(serve.load(folder + "/weights.pt"), strict=True)
     xs = serve.from_numpy(x)
     with serve.no_grad():
         plan = optimize(model, (xs,))
@@ -87,7 +86,7 @@ def prepare(name: str, folder: Path) -> None:
     model = getattr(reference_torchvision().models, name)(weights=None).eval()
     size = SIZES.get(name, 224)
     x = np.random.default_rng(0).standard_normal((BATCH, 3, size, size), dtype=np.float32)
-    np.savez(folder / "weights.npz", **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+    torch.save(model.state_dict(), folder / "weights.pt")  # as a user ships it: module versions (_metadata) kept
     np.save(folder / "input.npy", x)
     with torch.inference_mode():
         out = model(torch.from_numpy(x))

@@ -111,11 +111,12 @@ class _Fused(Module):
         BLAS reads it as eager's `x @ w.T` does, and packing copies it into panels once): a plan must not hold
         the model's weights twice over. A small one (under 1 MiB) is copied once, C-ordered: numpy's tiny
         products take ~3 us longer on a transposed operand."""
+        if self._weight_kn is not None:
+            return self._weight_kn
         kn = self.weight.reshape(self.weight.shape[0], -1).T
         if kn.nbytes >= 1 << 20:
             return kn
-        if self._weight_kn is None:
-            self._weight_kn = np.ascontiguousarray(kn)
+        self._weight_kn = np.ascontiguousarray(kn)
         return self._weight_kn
 
     # -- running ---------------------------------------------------------------------------------------------
