@@ -23,7 +23,7 @@ import numpy as np
 import serve
 from serve import nn
 from serve.backend import cpu_nn
-from serve.inference import addnorm, kernels, residual
+from serve.inference import addnorm, arena, kernels, residual
 from serve.inference.epilogue import activation_name, apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
@@ -154,6 +154,18 @@ class _Fused(Module):
         if not self.tune:
             self.choices[key] = names[-1]
             return names[-1]
+        with arena.bypassed():  # the candidates' outputs live together while timed: a moment serving never has
+            times = self._time_candidates(names, x, data)
+        choice = min(times, key=times.__getitem__) if times else names[0]
+        self.choices[key], self.timings[key] = choice, times
+        kept = {kernels.packing(name) for name in self.choices.values()}
+        for unused in [k for k in self._packed if k not in kept]:  # the losers' packed weights: memory back
+            del self._packed[unused]
+        return choice
+
+    def _time_candidates(self, names: list[str], x: Tensor, data: np.ndarray) -> dict[str, float]:
+        """Each kernel run once (packing its weight) and checked against the reference (the first); the best time of
+        each that agrees, over rounds."""
         ref: np.ndarray | None = None
         usable: list[str] = []
         for name in names:  # the reference kernel comes first; each is run once (packing its weight) and checked
@@ -180,12 +192,7 @@ class _Fused(Module):
                     apply_activation(out, self.act_module)
                 self._unfused_after(name, out._data)
                 times[name] = min(times[name], time.perf_counter() - start)
-        choice = min(times, key=times.__getitem__) if times else names[0]
-        self.choices[key], self.timings[key] = choice, times
-        kept = {kernels.packing(name) for name in self.choices.values()}
-        for unused in [k for k in self._packed if k not in kept]:  # the losers' packed weights: memory back
-            del self._packed[unused]
-        return choice
+        return times
 
     def _unfused_after(self, name: str, out: np.ndarray) -> None:
         """What the code after this layer pays for when kernel `name` leaves it undone (timed with the kernel)."""
