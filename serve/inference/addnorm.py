@@ -28,18 +28,17 @@ import numpy as np
 from serve import nn
 from serve.backend import cpu_threads
 from serve.inference import kernels
+from serve.inference.deferred import Deferred, deferred_like
 from serve.inference.epilogue import wrap
 from serve.nn.module import Module
 from serve.tensor import dtypes, versions
 from serve.tensor.grad_mode import state as grad_state
-from serve.tensor.tensor import Tensor, _new
+from serve.tensor.tensor import Tensor
 
 if TYPE_CHECKING:
     from serve.inference.planned import PlannedLinear
 
 __all__ = ["Pending", "PlannedLayerNorm", "pending_linear", "plannable_norm"]
-
-_DATA: Any = Tensor.__dict__["_data"]  # the slot descriptor itself, under the property below
 
 
 def _spans(rows: int, flops_per_row: int) -> list[tuple[int, int]]:
@@ -62,10 +61,10 @@ def _gemm(layer: PlannedLinear, kernel: str, x2: np.ndarray, res: np.ndarray | N
     cpu_threads.parallel(part, _spans(x2.shape[0], 2 * layer.in_features * layer.out_features))
 
 
-class Pending(Tensor):  # type: ignore[misc]  # `_data` becomes a property over Tensor's slot
+class Pending(Deferred):  # type: ignore[misc]
     """See the module docstring: a linear layer's output (`_res` None) or its sum with `_res`, made at first use."""
 
-    __slots__ = ("_kernel", "_layer", "_res", "_rv", "_shape", "_x2", "_xv")
+    __slots__ = ("_kernel", "_res", "_rv", "_shape", "_x2", "_xv")
     _layer: PlannedLinear | None
     _x2: np.ndarray
     _res: np.ndarray | None
@@ -74,21 +73,10 @@ class Pending(Tensor):  # type: ignore[misc]  # `_data` becomes a property over 
     _xv: int
     _rv: int
 
-    @property  # type: ignore[override]
-    def _data(self) -> Any:
-        if self._layer is not None:
-            out = np.empty((self._x2.shape[0], self._shape[-1]), np.float32)
-            self._run(out)
-            self._layer = None
-            _DATA.__set__(self, out.reshape(self._shape))
-        return _DATA.__get__(self, Tensor)
-
-    @_data.setter
-    def _data(self, value: Any) -> None:
-        _DATA.__set__(self, value)
-
-    def is_pending(self) -> bool:
-        return self._layer is not None
+    def _make(self) -> np.ndarray:
+        out = np.empty((self._x2.shape[0], self._shape[-1]), np.float32)
+        self._run(out)
+        return out.reshape(self._shape)
 
     def _run(self, out: np.ndarray, after: Any = None) -> None:
         """The product (with the residual) into out (M, N), checking its operands are as they were."""
@@ -104,7 +92,7 @@ class Pending(Tensor):  # type: ignore[misc]  # `_data` becomes a property over 
         res = other._data.reshape(self._x2.shape[0], -1)
         if not res.flags.c_contiguous:
             res = np.ascontiguousarray(res)
-        t = _like(Pending, other)
+        t = deferred_like(Pending, other)
         t._layer, t._x2, t._res, t._shape, t._kernel = self._layer, self._x2, res, self._shape, self._kernel
         t._xv, t._rv = self._xv, versions.version(res)
         return t
@@ -148,20 +136,13 @@ class Pending(Tensor):  # type: ignore[misc]  # `_data` becomes a property over 
             s = np.empty((m, n), np.float32)
             self._run(s, lambda r0, r1: nat.layer_norm(s, norm.w, norm.b, norm.eps, out=y, rows=(r0, r1)))
             self._layer = None
-            _DATA.__set__(self, s.reshape(self._shape))
+            self._data = s.reshape(self._shape)
         return y.reshape(self._shape)
-
-
-def _like(cls: type, like: Tensor) -> Any:
-    t: Any = _new(cls)
-    t._dtype, t._device, t._ops = like._dtype, like._device, like._ops
-    t._requires_grad, t._grad_fn, t._grad, t._output_nr = False, None, None, 0
-    return t
 
 
 def pending_linear(layer: PlannedLinear, x: Tensor, x2: np.ndarray, kernel: str) -> Pending:
     """`layer` on x (as x2, its rows), not computed yet; `kernel` (a native one) says which packed weight."""
-    t: Pending = _like(Pending, x)
+    t: Pending = deferred_like(Pending, x)
     t._layer, t._x2, t._res, t._kernel = layer, x2, None, kernel
     t._shape = tuple(x.shape[:-1]) + (layer.out_features,)
     t._xv, t._rv = versions.version(x2), 0

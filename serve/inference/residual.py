@@ -18,47 +18,37 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from serve.inference.deferred import Deferred, deferred_like
 from serve.tensor import dtypes, versions
-from serve.tensor.tensor import Tensor, _new
+from serve.tensor.tensor import Tensor
 
 if TYPE_CHECKING:
     from serve.inference.planned import PlannedConv2d
 
 __all__ = ["PendingOutput", "pending"]
 
-_DATA: Any = Tensor.__dict__["_data"]  # the slot descriptor itself, under the property below
 
-
-class PendingOutput(Tensor):  # type: ignore[misc]  # `_data` becomes a property over Tensor's slot
+class PendingOutput(Deferred):  # type: ignore[misc]
     """See the module docstring. `_data` computes the convolution at first access."""
 
-    __slots__ = ("_input", "_layer", "_shape")
+    __slots__ = ("_input", "_shape")
     _input: Tensor | None
     _layer: PlannedConv2d | None
     _shape: tuple[int, ...]
 
-    @property  # type: ignore[override]
-    def _data(self) -> Any:
-        layer = self._layer
-        if layer is not None:
-            self._layer = None
-            _DATA.__set__(self, layer.compute(self._input, None))  # type: ignore[arg-type]
-            self._input = None
-        return _DATA.__get__(self, Tensor)
-
-    @_data.setter
-    def _data(self, value: Any) -> None:
-        _DATA.__set__(self, value)
-
-    def is_pending(self) -> bool:
-        return self._layer is not None
+    def _make(self) -> np.ndarray:
+        data = self._layer.compute(self._input, None)  # type: ignore[union-attr, arg-type]
+        self._input = None
+        return data
 
     def __iadd__(self, other: Any) -> Tensor:
         layer = self._layer
         if layer is not None and _fits(other, self):
             self._layer = None
             data = layer.compute(self._input, other._data)  # type: ignore[arg-type]
-            _DATA.__set__(self, data)
+            self._data = data
             self._input = None
             versions.bump(data)
             layer.after_residual(self)
@@ -75,8 +65,6 @@ def _fits(other: Any, out: PendingOutput) -> bool:
 
 def pending(layer: PlannedConv2d, x: Tensor, shape: tuple[int, ...]) -> PendingOutput:
     """The convolution of x by `layer`, not computed yet."""
-    t = _new(PendingOutput)
+    t = deferred_like(PendingOutput, x)
     t._layer, t._input, t._shape = layer, x, shape
-    t._dtype, t._device, t._ops = x._dtype, x._device, x._ops
-    t._requires_grad, t._grad_fn, t._grad, t._output_nr = False, None, None, 0
     return t
