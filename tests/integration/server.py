@@ -29,7 +29,8 @@ from serve.archive import package
 START_SECONDS = 60
 
 # A function entry point (TorchServe's `module:function` form): echoes each request, records batch sizes,
-# and misbehaves on request: "sleep" takes a second, "die" kills the worker process.
+# and misbehaves on request: "sleep" takes a second, "hold" waits (up to a minute) until `<log>.release` exists,
+# "die" kills the worker process.
 RECORDER = """
 import os
 import time
@@ -51,6 +52,10 @@ def handle(data, context):
             os._exit(3)
         if body == "sleep":
             time.sleep(1.0)
+        if body == "hold":
+            deadline = time.monotonic() + 60
+            while not os.path.exists(LOG + ".release") and time.monotonic() < deadline:
+                time.sleep(0.01)
         out.append({{"echo": body}})
     return out
 """
