@@ -24,6 +24,7 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "grpc_inference_address": v.text,
     "grpc_management_address": v.text,
     "enable_grpc_ssl": v.to_bool,
+    "grpc_server": v.choice("serve", "grpcio"),
     "model_store": v.optional_path,
     "load_models": v.load_models,
     "models": v.models,

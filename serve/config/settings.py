@@ -45,6 +45,7 @@ class Settings:
     grpc_inference_address: str = "127.0.0.1"
     grpc_management_address: str = "127.0.0.1"
     enable_grpc_ssl: bool = False
+    grpc_server: str = "serve"  # "serve": our asyncio HTTP/2 server (frontends/grpc/native.py); "grpcio": grpc.aio
 
     # models
     model_store: Path | None = None

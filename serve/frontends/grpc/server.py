@@ -1,4 +1,8 @@
-"""`create_grpc_servers(dataplane, settings, auth)`: the two grpc.aio servers, built but not started.
+"""`create_grpc_servers(dataplane, settings, auth)`: the two gRPC servers, built but not started.
+
+`grpc_server` picks the implementation: "serve" (the default), our asyncio HTTP/2 server on the dataplane's event
+loop (native.py: why it exists is there), or "grpcio", grpc.aio. Both take the same servicers, health, reflection
+and interceptor, and the same limits and TLS files; the gRPC tests run against both.
 
 - inference, on grpc_inference_address:grpc_inference_port (7070): TorchServe's InferenceAPIsService, the KServe
   v2 `inference.GRPCInferenceService`, health (SERVING when DataPlane.ping() is healthy) and reflection; token:
@@ -15,13 +19,15 @@ The caller starts them (`await server.start()`) and stops them with a grace peri
 
 from __future__ import annotations
 
+import ssl
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from serve.errors import ConfigError
 from serve.frontends.dataplane import DataPlane
@@ -36,6 +42,7 @@ from serve.frontends.grpc.generated import (
 )
 from serve.frontends.grpc.health import SERVICE_NAME as HEALTH_SERVICE
 from serve.frontends.grpc.health import HealthServicer, health_pb2_grpc
+from serve.frontends.grpc.native import Server
 from serve.frontends.grpc.servicers.kserve_v2 import KServeV2Servicer
 from serve.frontends.grpc.servicers.torchserve_inference import TorchServeInferenceServicer
 from serve.frontends.grpc.servicers.torchserve_management import TorchServeManagementServicer
@@ -47,15 +54,16 @@ if TYPE_CHECKING:
 INFERENCE_SERVICE = inference_pb2.DESCRIPTOR.services_by_name["InferenceAPIsService"].full_name
 V2_SERVICE = grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 MANAGEMENT_SERVICE = management_pb2.DESCRIPTOR.services_by_name["ManagementAPIsService"].full_name
-_BOUND: weakref.WeakKeyDictionary[grpc.aio.Server, int] = weakref.WeakKeyDictionary()
+GrpcServer: TypeAlias = grpc.aio.Server | Server
+_BOUND: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-def bound_port(server: grpc.aio.Server) -> int:
+def bound_port(server: GrpcServer) -> int:
     """The port a server from create_grpc_servers listens on (the one the system chose for a configured port 0)."""
     return _BOUND[server]
 
 
-def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> list[grpc.aio.Server]:
+def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> list[GrpcServer]:
     inference = _server(settings, auth, INFERENCE)
     inference_pb2_grpc.add_InferenceAPIsServiceServicer_to_server(
         TorchServeInferenceServicer(dataplane, settings.decode_input_request), inference
@@ -71,26 +79,30 @@ def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAut
     return [inference, management]
 
 
-def _server(settings: Settings, auth: TokenAuth, kind: str) -> grpc.aio.Server:
+def _server(settings: Settings, auth: TokenAuth, kind: str) -> GrpcServer:
+    # an interceptor costs every rpc a coroutine: none when token auth is off (nothing to check)
+    interceptors = [TokenInterceptor(auth, kind)] if auth.enabled else None
+    if settings.grpc_server == "serve":
+        return Server(interceptors, max_receive_message_length=settings.max_request_size,
+                      max_send_message_length=settings.max_response_size)  # fmt: skip
     options = [("grpc.max_receive_message_length", settings.max_request_size),
                ("grpc.max_send_message_length", settings.max_response_size),
                ("grpc.so_reuseport", 0)]  # a port already taken fails loudly, as the REST listeners do  # fmt: skip
-    # an interceptor costs every rpc a coroutine in grpc.aio: none when token auth is off (nothing to check)
-    interceptors = [TokenInterceptor(auth, kind)] if auth.enabled else None
     return grpc.aio.server(interceptors=interceptors, options=options)
 
 
-def _add_health_and_reflection(server: grpc.aio.Server, healthy: Callable[[], bool], services: list[str]) -> None:
+def _add_health_and_reflection(server: GrpcServer, healthy: Callable[[], bool], services: list[str]) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(healthy, services), server)
-    reflection.enable_server_reflection([*services, HEALTH_SERVICE, reflection.SERVICE_NAME], server)
+    names = [*services, HEALTH_SERVICE, reflection.SERVICE_NAME]
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(ReflectionServicer(names), server)
 
 
-def _bind(server: grpc.aio.Server, address: str, port: int, settings: Settings, key: str) -> None:
+def _bind(server: GrpcServer, address: str, port: int, settings: Settings, key: str) -> None:
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
     target = f"{host}:{port}"
     try:
         if settings.enable_grpc_ssl:
-            bound = server.add_secure_port(target, _credentials(settings))
+            bound = server.add_secure_port(target, _credentials(settings, isinstance(server, Server)))
         else:
             bound = server.add_insecure_port(target)
     except RuntimeError as exc:  # grpcio raises when the port cannot be bound
@@ -103,9 +115,13 @@ def _bind(server: grpc.aio.Server, address: str, port: int, settings: Settings, 
     _BOUND[server] = bound
 
 
-def _credentials(settings: Settings) -> grpc.ServerCredentials:
+def _credentials(settings: Settings, native: bool) -> Any:
     if not settings.certificate_file or not settings.private_key_file:
         raise ConfigError("enable_grpc_ssl=true needs certificate_file and private_key_file in config.properties")
+    if native:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(settings.certificate_file, settings.private_key_file)
+        return context
     key = Path(settings.private_key_file).read_bytes()
     cert = Path(settings.certificate_file).read_bytes()
     return grpc.ssl_server_credentials([(key, cert)])
