@@ -8,6 +8,9 @@ servicer code at all), driven by a grpc.aio client process with 32 calls in flig
 request of the MLP's JSON body, ~700 bytes). The figure is the server process's CPU time (/proc, all its threads)
 per answered rpc: the per-rpc price of the gRPC machinery itself, which serve's servicers sit on top of.
 Variants:
+- `native`: serve's own HTTP/2 gRPC server (serve/frontends/grpc/native.py) on uvloop, the same bytes handler
+  (what serve runs since the native server);
+- `native-pb`: `native` with the protobuf handler of `aio-pb`;
 - `aio`: grpc.aio on uvloop (what serve runs), a generic handler taking and returning bytes;
 - `aio-opts`: the same with `grpc.so_reuseport` 0, `maximum_concurrent_rpcs`, compression off, and grpc's
   `optimization_target=throughput`;
@@ -37,7 +40,7 @@ import grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-VARIANTS = ["aio", "aio-opts", "aio-pb", "aio-poll", "sync", "sync-loop"]
+VARIANTS = ["native", "native-pb", "aio", "aio-opts", "aio-pb", "aio-poll", "sync", "sync-loop"]
 ENV = {"aio-poll": {"GRPC_POLL_STRATEGY": "poll"}}  # the server process's environment, beside this one's
 METHOD = "/echo.Echo/Call"
 CONCURRENCY = 32
@@ -104,8 +107,26 @@ def _serve_sync(variant: str, port_file: Path) -> None:
     server.wait_for_termination()
 
 
+async def _serve_native(variant: str, port_file: Path) -> None:
+    from serve.frontends.grpc.native import Server
+
+    async def call(request: bytes, context: object) -> bytes:
+        return request
+
+    handler = _pb_handler() if variant == "native-pb" else grpc.unary_unary_rpc_method_handler(call)
+    server = Server()
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("echo.Echo", {"Call": handler})])
+    port_file.write_text(str(server.add_insecure_port("127.0.0.1:0")))
+    await server.start()
+    await server.wait_for_termination()
+
+
 def serve_variant(variant: str, port_file: Path) -> None:
-    if variant.startswith("aio"):
+    if variant.startswith("native"):
+        import uvloop
+
+        uvloop.run(_serve_native(variant, port_file))
+    elif variant.startswith("aio"):
         import uvloop
 
         uvloop.run(_serve_aio(variant, port_file))

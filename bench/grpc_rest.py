@@ -35,6 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from h2_client import GrpcClient  # noqa: E402
 from server import OUT, build_archives, register, serving, write_payloads  # noqa: E402
 
 from serve.frontends.grpc.generated import inference_pb2 as ipb  # noqa: E402
@@ -122,14 +123,17 @@ class _Connection:
 
 async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, rounds: int,
                   server: int) -> dict[str, list]:  # fmt: skip
-    results: dict[str, list] = {"REST": [], "gRPC": []}
+    results: dict[str, list] = {"REST": [], "gRPC": [], "gRPC-aio": []}
     url = httpx.URL(rest_url)
     pool: asyncio.Queue[_Connection] = asyncio.Queue()
     for _ in range(CONCURRENCY):
         pool.put_nowait(_Connection(url.host, url.port or 80, url.path, body))
+    host, port = grpc_target.rsplit(":", 1)
+    client = await GrpcClient.connect(host, int(port))
     async with grpc.aio.insecure_channel(grpc_target) as ch:
         stub = ipb_grpc.InferenceAPIsServiceStub(ch)
         request = ipb.PredictionsRequest(model_name="mlp", input={"data": body})
+        serialized = request.SerializeToString()
 
         async def rest() -> None:
             connection = await pool.get()
@@ -139,21 +143,27 @@ async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, 
                 pool.put_nowait(connection)
 
         async def rpc() -> None:
+            await client.unary("/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions", serialized)
+
+        async def aio_rpc() -> None:
             await stub.Predictions(request, timeout=30)
 
         await _drive(rest, 2)
         await _drive(rpc, 2)  # warm-up
+        await _drive(aio_rpc, 2)
         for _ in range(rounds):
             results["REST"].append(await _measured(rest, seconds, server))
             results["gRPC"].append(await _measured(rpc, seconds, server))
+            results["gRPC-aio"].append(await _measured(aio_rpc, seconds, server))
+    client.close()
     return results
 
 
-def run(seconds: float, rounds: int) -> dict[str, list]:
+def run(seconds: float, rounds: int, implementation: str) -> dict[str, list]:
     store, payloads = OUT / "store", OUT / "payloads"
     build_archives(store)
     write_payloads(payloads)
-    with serving(store, "grpc_server") as (ports, process):
+    with serving(store, "grpc_server", [f"grpc_server={implementation}"]) as (ports, process):
         register(ports, "mlp")
         body = (payloads / "mlp.json").read_bytes()
         rest_url = f"http://127.0.0.1:{ports['inference']}/predictions/mlp"
@@ -161,15 +171,17 @@ def run(seconds: float, rounds: int) -> dict[str, list]:
         return asyncio.run(measure(rest_url, target, body, seconds, rounds, process.pid))
 
 
-def table(results: dict[str, list], command: str, seconds: float) -> str:
+def table(results: dict[str, list], command: str, seconds: float, server: str) -> str:
     def median(protocol: str, column: int) -> float:
         return statistics.median(block[column] for block in results[protocol])
 
     rows = [f"| {label} | {median(p, 0):.0f} | {median(p, 1):.2f} | {median(p, 2):.3f} | {median(p, 3):.3f} |"
-            for label, p in (("REST `/predictions/mlp`", "REST"), ("gRPC `Predictions`", "gRPC"))]  # fmt: skip
+            for label, p in (("REST `/predictions/mlp`, bare HTTP/1.1 client", "REST"),
+                             ("gRPC `Predictions`, bare HTTP/2 client", "gRPC"),
+                             ("gRPC `Predictions`, grpc.aio client", "gRPC-aio"))]  # fmt: skip
     lines = [
         f"`{command}` on {datetime.date.today().isoformat()}: MLP 64-128-10, JSON body, {CONCURRENCY} requests in "
-        f"flight from one asyncio Python client in the same machine, {len(results['REST'])} alternated blocks of "
+        f"flight from one asyncio Python process in the same machine, {len(results['REST'])} alternated blocks of "
         f"{seconds:g} s per protocol, median block; CPU per request from /proc (server and its workers) and "
         "getrusage (client).",
         "",
@@ -177,10 +189,9 @@ def table(results: dict[str, list], command: str, seconds: float) -> str:
         "|---|---:|---:|---:|---:|",
         *rows,
         "",
-        f"gRPC / REST throughput: {median('gRPC', 0) / median('REST', 0):.2f}; server CPU per request, REST / gRPC: "
-        f"{median('REST', 2) / median('gRPC', 2):.2f}; server and client CPU per request, REST / gRPC: "
-        f"{(median('REST', 2) + median('REST', 3)) / (median('gRPC', 2) + median('gRPC', 3)):.2f} (above 1: gRPC "
-        "cheaper).",
+        f"gRPC / REST throughput, bare clients: {median('gRPC', 0) / median('REST', 0):.2f}, gRPC through grpc.aio's "
+        f"client: {median('gRPC-aio', 0) / median('REST', 0):.2f}; server CPU per request, REST / gRPC: "
+        f"{median('REST', 2) / median('gRPC', 2):.2f} (above 1: gRPC cheaper); server `grpc_server={server}`.",
     ]
     return "\n".join(lines)
 
@@ -189,10 +200,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of one block")
     parser.add_argument("--rounds", type=int, default=3, help="blocks per protocol")
+    parser.add_argument("--grpc-server", default="serve", choices=("serve", "grpcio"),
+                        help="the server's grpc_server: serve's own HTTP/2 server or grpc.aio")  # fmt: skip
     parser.add_argument("--write", action="store_true", help="replace the gRPC table in bench/RESULTS.md")
     args = parser.parse_args()
-    results = run(args.seconds, args.rounds)
-    text = table(results, "python bench/grpc_rest.py " + " ".join(sys.argv[1:]), args.seconds)
+    results = run(args.seconds, args.rounds, args.grpc_server)
+    text = table(results, "python bench/grpc_rest.py " + " ".join(sys.argv[1:]), args.seconds, args.grpc_server)
     print(text)
     if args.write:
         old = RESULTS.read_text()

@@ -87,6 +87,7 @@ BAD_VALUES = {
     "grpc_inference_port": "70700",
     "grpc_inference_address": " ",
     "enable_grpc_ssl": "maybe",
+    "grpc_server": "grpc.aio",
     "load_models": "all,x.mar",
     "models": "[]",
     "model_snapshot": "{",

@@ -1,6 +1,9 @@
-"""In-process grpc.aio servers (create_grpc_servers) over the FakeRegistry, bound to 127.0.0.1 port 0, and channels.
+"""In-process gRPC servers (create_grpc_servers) over the FakeRegistry, bound to 127.0.0.1 port 0, and channels.
 
 run(test, tmp_path)   # test(env) with env.inference / env.management channels; bounded to 10 s
+
+The servers are of the implementation `IMPLEMENTATION` names (`grpc_server`: serve's own or grpcio's): the
+`grpc_server` fixture (conftest.py) runs each test that uses it once on each.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from serve.frontends.http import TokenAuth
 from serve.metrics import ServerMetrics
 from tests.unit.frontends.fakes import FakeRegistry, settings
 
+IMPLEMENTATIONS = ("serve", "grpcio")
+IMPLEMENTATION = "serve"
+
 
 @dataclasses.dataclass
 class Env:
@@ -31,6 +37,7 @@ class Env:
 
 def run(test: Callable[[Env], Awaitable[None]], tmp_path: Path, registry: FakeRegistry | None = None,
         **overrides: Any) -> None:  # fmt: skip
+    overrides.setdefault("grpc_server", IMPLEMENTATION)
     config = settings(tmp_path, grpc_inference_port=0, grpc_management_port=0, **overrides)
     registry = registry or FakeRegistry()
     dataplane = DataPlane(registry, ServerMetrics(hostname="testhost"), config)

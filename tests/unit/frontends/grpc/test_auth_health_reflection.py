@@ -19,6 +19,8 @@ from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
 from serve.frontends.http.auth import INFERENCE, MANAGEMENT
 from tests.unit.frontends.grpc.harness import Env, run
 
+pytestmark = pytest.mark.usefixtures("grpc_server")  # each test on serve's gRPC server and grpcio's
+
 AUTH_ON = {"disable_token_authorization": False}
 
 

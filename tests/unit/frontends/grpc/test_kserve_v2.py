@@ -18,6 +18,8 @@ from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from tests.unit.frontends.fakes import FakeRegistry
 from tests.unit.frontends.grpc.harness import Env, run
 
+pytestmark = pytest.mark.usefixtures("grpc_server")  # each test on serve's gRPC server and grpcio's
+
 
 class V2Registry(FakeRegistry):
     """`mnist` has READY workers, batch size 8 and a model-config with typed tensors; `bert` has no worker."""

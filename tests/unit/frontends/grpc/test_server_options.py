@@ -22,6 +22,8 @@ from serve.metrics import ServerMetrics
 from tests.unit.frontends.fakes import FakeRegistry, settings
 from tests.unit.frontends.grpc.harness import Env, run
 
+pytestmark = pytest.mark.usefixtures("grpc_server")  # each test on serve's gRPC server and grpcio's
+
 BIG = 6 * 1024 * 1024  # over grpcio's 4 MiB default
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 

@@ -17,6 +17,8 @@ from serve.frontends.grpc.generated import inference_pb2_grpc as pb_grpc
 from tests.unit.frontends.fakes import FakeRegistry
 from tests.unit.frontends.grpc.harness import Env, run
 
+pytestmark = pytest.mark.usefixtures("grpc_server")  # each test on serve's gRPC server and grpcio's
+
 
 def stub(env: Env) -> pb_grpc.InferenceAPIsServiceStub:
     return pb_grpc.InferenceAPIsServiceStub(env.inference)

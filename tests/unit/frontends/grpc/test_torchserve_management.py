@@ -12,6 +12,8 @@ from serve.frontends.grpc.generated import management_pb2 as pb
 from serve.frontends.grpc.generated import management_pb2_grpc as pb_grpc
 from tests.unit.frontends.grpc.harness import Env, run
 
+pytestmark = pytest.mark.usefixtures("grpc_server")  # each test on serve's gRPC server and grpcio's
+
 
 def stub(env: Env) -> pb_grpc.ManagementAPIsServiceStub:
     return pb_grpc.ManagementAPIsServiceStub(env.management)
