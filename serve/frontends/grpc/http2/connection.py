@@ -16,6 +16,8 @@ Decisions, and why:
   complete together cost one system call, not 32.
 - Header blocks are encoded without indexing or Huffman coding (see hpack.py) and split into CONTINUATION frames
   at the peer's frame size. Server push is never used. Priority is read and ignored (RFC 9113 deprecates it).
+- A connection that has not sent HTTP/2's preface within PREFACE_SECONDS is closed, so idle sockets that never
+  speak cannot pile up.
 - A frame that breaks the protocol for one stream resets that stream (RST_STREAM); one that breaks it for the
   connection (a bad preface, a bad header block, a frame too large, a flow-control overflow) ends the connection
   with GOAWAY saying why. Frames for streams we already closed are ignored, as the RFC allows after RST_STREAM.
@@ -46,6 +48,7 @@ HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX
 MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65535
 FRAME_SIZE = 16384  # the frame size we accept (the RFC's default): no frame of ours or a client's needs more
+PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
 _HEAD = struct.Struct(">BHBBI")  # length (24 bits as byte + short), type, flags, stream id
 
 
@@ -103,6 +106,7 @@ class Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._draining = False
+        self._preface_timer: asyncio.TimerHandle | None = None
         self.closed = asyncio.Event()
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
@@ -118,6 +122,11 @@ class Connection(asyncio.Protocol):
         self._frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
         self._frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", limits.connection_window - DEFAULT_WINDOW))
         self._flush()
+        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_SECONDS, self._preface_expired)
+
+    def _preface_expired(self) -> None:
+        if not self._preface_seen:
+            self._fail(ConnectionError(f"no HTTP/2 preface within {PREFACE_SECONDS:g} s"))
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -128,6 +137,8 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
         self._writable.set()
@@ -221,6 +232,8 @@ class Connection(asyncio.Protocol):
                 raise ConnectionError("not an HTTP/2 connection preface: this port speaks gRPC (HTTP/2)")
             del buffer[: len(PREFACE)]
             self._preface_seen = True
+            if self._preface_timer is not None:
+                self._preface_timer.cancel()
         pos = 0
         try:
             while len(buffer) - pos >= 9:

@@ -266,6 +266,23 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
 
 
+def test_a_connection_without_a_preface_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve.frontends.grpc.http2 import connection
+
+    monkeypatch.setattr(connection, "PREFACE_SECONDS", 0.2)
+
+    async def test(connect: Any, server: Server, port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(PREFACE[:10])  # half a preface, then silence
+        received = b""
+        while chunk := await asyncio.wait_for(reader.read(65536), 5):
+            received += chunk
+        assert _goaway_code(received) == 0x1
+        writer.close()
+
+    run(test)
+
+
 def test_streams_past_the_limit_are_refused() -> None:
     async def test(connect: Any, server: Server, port: int) -> None:
         client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
