@@ -8,6 +8,7 @@
 Files: protos/ (our .proto files: TorchServe's inference/management, the KServe v2 `inference` package),
 generated/ (grpc_tools.protoc output; regenerate.py is the one command that rewrites it), servicers/ (one file per
 service, each calling the DataPlane), status.py (exception -> gRPC status, through serve.frontends.errors),
-auth.py (the token interceptor), health.py (grpc.health.v1), server.py (create_grpc_servers).
+auth.py (the token interceptor), health.py (grpc.health.v1), server.py (create_grpc_servers), native.py (serve's
+own gRPC server, the default), call.py (one gRPC call on it), http2/ (its HTTP/2 connection and HPACK).
 Nothing is imported here, so a client can import one generated stub without loading the server.
 """

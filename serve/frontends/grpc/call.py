@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import inspect
 import logging
@@ -145,7 +146,7 @@ class Call:
         metadata: list[tuple[str, str | bytes]] = []
         method = content_type = ""
         for name, value in headers:
-            if name[0] == ":":
+            if name.startswith(":"):
                 if name == ":path":
                     self.path = value
                 elif name == ":method":
@@ -391,8 +392,12 @@ def _loop_time(deadline: float) -> float:
 
 
 def _binary(value: str) -> bytes:
+    """A `-bin` metadata value: base64, padded or not; a value that is not base64 stays its own bytes."""
     raw = value.encode("latin-1")
-    return base64.b64decode(raw + b"=" * (-len(raw) % 4))
+    try:
+        return base64.b64decode(raw + b"=" * (-len(raw) % 4), validate=True)
+    except binascii.Error:
+        return raw
 
 
 def _wire_metadata(metadata: Iterable[tuple[str, str | bytes]]) -> list[tuple[str, str]]:

@@ -246,10 +246,18 @@ class Connection(asyncio.Protocol):
                     break
                 payload = bytes(buffer[pos + 9 : pos + 9 + length])
                 pos += 9 + length
+                stream_id &= MAX_WINDOW
                 try:
-                    self._frame_received(kind, flags, stream_id & MAX_WINDOW, payload)
+                    self._frame_received(kind, flags, stream_id, payload)
                 except StreamError as exc:
                     self._stream_failed(exc)
+                except ConnectionError:
+                    raise
+                except Exception as exc:  # a fault of ours on one stream (its listener): that stream only
+                    log.exception("HTTP/2 frame of type %d on stream %d failed", kind, stream_id)
+                    if not stream_id:
+                        raise ConnectionError(f"internal error: {exc}", errors.INTERNAL_ERROR) from exc
+                    self._stream_failed(StreamError(stream_id, f"internal error: {exc}", errors.INTERNAL_ERROR))
         finally:
             del buffer[:pos]
 

@@ -345,6 +345,19 @@ def test_compressed_requests_and_the_limits() -> None:
     run(test, max_receive_message_length=100_000, max_send_message_length=100_000)
 
 
+def test_odd_metadata_fails_at_most_its_own_stream() -> None:
+    async def test(connect: Any, server: Server, port: int) -> None:
+        client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
+        odd = encode([(":method", "POST"), (":path", ECHO), ("", "empty name"), ("x-bin", "not base64!"),
+                      ("content-type", "application/grpc")])  # fmt: skip
+        client.writer.write(_frame(1, 0x4, 1, odd) + _frame(0, 0x1, 1, _message(b"odd")))
+        client.call(3, b"fine")
+        await client.until(lambda: client.ended(1) and client.ended(3))
+        assert client.headers[3]["grpc-status"] == "0"
+
+    run(test)
+
+
 def test_not_a_grpc_request_and_an_unknown_method() -> None:
     async def test(connect: Any, server: Server, port: int) -> None:
         client = await connect()
