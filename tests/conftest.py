@@ -1,8 +1,14 @@
 import importlib.util
+import os
 
 import pytest
 
 import serve
+
+# Kernel choices are timed afresh in every test (and in every server a test starts, which inherits this): a choice
+# kept from an earlier run would skip the timing the plan tests check, and tests must not write to ~/.cache.
+# tests/unit/inference/test_tuning.py turns the cache on in a temporary directory.
+os.environ["SERVE_TUNING_CACHE"] = "off"
 
 # Modules that compare against tritonclient (a test-extra reference client, like torch) are not collected when it
 # is missing, so a partial install skips them cleanly instead of failing at import.

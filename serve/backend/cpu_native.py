@@ -52,7 +52,7 @@ class _Lib:
     bf16 build)."""
 
     def __init__(self, name: str, path: Path) -> None:
-        self.name = name
+        self.name, self.path = name, path
         self.dll = ctypes.CDLL(str(path))
         signatures = {**_SIGNATURES, **(_BF16_SIGNATURES if name == _BF16 else {})}
         for fn_name, argtypes in signatures.items():
@@ -150,6 +150,28 @@ def bf16_available() -> bool:
 def isa() -> str | None:
     """The loaded build: "avx512", "avx2", or None when the native kernels are off or missing."""
     return _lib.name if _lib is not None else None
+
+
+def build_id() -> str:
+    """Which kernels run here, for caches of choices made by timing them: the builds in use, each with its file's
+    size and modification time (a rebuilt or reinstalled library is a new build), and the CPU's model name."""
+    parts = []
+    for lib in (_lib, _bf16):
+        if lib is not None:
+            stat = lib.path.stat()
+            parts.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ";".join([*parts, _cpu_model()]) if parts else "numpy;" + _cpu_model()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def _select(name: str | None) -> str | None:

@@ -23,7 +23,7 @@ import numpy as np
 import serve
 from serve import nn
 from serve.backend import cpu_nn
-from serve.inference import addnorm, arena, kernels, residual
+from serve.inference import addnorm, arena, kernels, residual, tuning
 from serve.inference.epilogue import activation_name, apply_activation, wrap
 from serve.nn import functional as F
 from serve.nn.module import Module
@@ -154,14 +154,31 @@ class _Fused(Module):
         if not self.tune:
             self.choices[key] = names[-1]
             return names[-1]
-        with arena.bypassed():  # the candidates' outputs live together while timed: a moment serving never has
-            times = self._time_candidates(names, x, data)
-        choice = min(times, key=times.__getitem__) if times else names[0]
-        self.choices[key], self.timings[key] = choice, times
+        signature = self.signature(key, names)
+        choice = tuning.lookup(signature)  # timed by an earlier process on this machine (serve.inference.tuning)
+        if choice not in names:
+            with arena.bypassed():  # the candidates' outputs live together while timed: a moment serving never has
+                times = self._time_candidates(names, x, data)
+            choice = min(times, key=times.__getitem__) if times else names[0]
+            self.timings[key] = times
+            if times:
+                tuning.store(signature, choice)
+        self.choices[key] = choice
         kept = {kernels.packing(name) for name in self.choices.values()}
         for unused in [k for k in self._packed if k not in kept]:  # the losers' packed weights: memory back
             del self._packed[unused]
         return choice
+
+    def signature(self, key: tuple, names: list[str]) -> str:
+        """What the kernel choice at input (shape, strides) `key` depends on, besides the machine: the layer's
+        kind and shape, what is fused into it, the product dtype, and the kernels it offers."""
+        shape, strides = key
+        parts: list[Any] = [type(self).__name__, self.weight.shape, self.bias is not None, self.act,
+                            self.residual_add, getattr(self, "act_after_add", None), self.keep_float32,
+                            self.product_dtype, tuple(names), shape, strides]  # fmt: skip
+        if isinstance(self, PlannedConv2d):
+            parts += [self.kernel, self.stride, self.padding, self.dilation, self.groups]
+        return repr(tuple(parts))
 
     def _time_candidates(self, names: list[str], x: Tensor, data: np.ndarray) -> dict[str, float]:
         """Each kernel run once (packing its weight) and checked against the reference (the first); the best time of
