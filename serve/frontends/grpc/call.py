@@ -340,7 +340,7 @@ class Call:
                           f"({len(payload)} vs. {self.server.max_send_message_length})")  # fmt: skip
         self.send_headers()
         self.connection.send_data(self.stream, b"\x00" + len(payload).to_bytes(4, "big") + payload)
-        await self.connection.drained()
+        await self.connection.drained(self.stream)
 
     def _finish(self, code: grpc.StatusCode, details: str) -> None:
         if self.finished or self.reset:

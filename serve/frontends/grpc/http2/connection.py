@@ -11,7 +11,9 @@ Decisions, and why:
   The connection window is given back as soon as a DATA frame is read (the stream windows are what bound memory);
   a stream's when its listener consumes the bytes, in WINDOW_UPDATEs of at least half a window.
 - Sending: a stream's DATA waits, in order, for the peer's stream and connection windows; trailers follow the last
-  of it. A writer of many messages can `await connection.drained()` while the socket's buffer is full.
+  of it. A writer of many messages awaits `connection.drained(stream)`, which holds it while the socket's buffer
+  is full or more than PENDING_BYTES of the stream's DATA wait for window: a client that stops reading a stream
+  stops its writer instead of growing our memory.
 - What a connection writes in one turn of the event loop goes out in one `transport.write`, so 32 answers that
   complete together cost one system call, not 32.
 - Header blocks are encoded without indexing or Huffman coding (see hpack.py) and split into CONTINUATION frames
@@ -48,6 +50,7 @@ HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX
 MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65535
 FRAME_SIZE = 16384  # the frame size we accept (the RFC's default): no frame of ours or a client's needs more
+PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer is held
 PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
 _HEAD = struct.Struct(">BHBBI")  # length (24 bits as byte + short), type, flags, stream id
 
@@ -69,8 +72,8 @@ class Listener(Protocol):
 class Stream:
     """One request stream: its headers, and what is owed to and from it."""
 
-    __slots__ = ("headers", "id", "listener", "local_closed", "pending", "remote_closed", "send_window", "trailers",
-                 "unacknowledged")  # fmt: skip
+    __slots__ = ("headers", "id", "listener", "local_closed", "pending", "remote_closed", "send_window", "sent",
+                 "trailers", "unacknowledged")  # fmt: skip
 
     def __init__(self, stream_id: int, headers: list[tuple[str, str]], send_window: int) -> None:
         self.id = stream_id
@@ -82,6 +85,7 @@ class Stream:
         self.remote_closed = False
         self.local_closed = False
         self.unacknowledged = 0  # bytes consumed that no WINDOW_UPDATE has given back yet
+        self.sent: asyncio.Event | None = None  # set when `pending` falls under PENDING_BYTES (made when awaited)
 
 
 class Connection(asyncio.Protocol):
@@ -137,6 +141,7 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None  # nothing more is written
         if self._preface_timer is not None:
             self._preface_timer.cancel()
         for stream in list(self.streams.values()):
@@ -196,9 +201,15 @@ class Connection(asyncio.Protocol):
             stream.unacknowledged = 0
             self._schedule_flush()
 
-    async def drained(self) -> None:
-        """Return once the transport's buffer is below its high-water mark (or the connection is gone)."""
+    async def drained(self, stream: Stream) -> None:
+        """Return once the transport's buffer is below its high-water mark and under PENDING_BYTES of the stream's
+        DATA wait for window (or the stream or the connection is gone)."""
         await self._writable.wait()
+        while len(stream.pending) > PENDING_BYTES and not stream.local_closed:
+            if stream.sent is None:
+                stream.sent = asyncio.Event()
+            stream.sent.clear()
+            await stream.sent.wait()
 
     def goaway(self) -> None:
         """Stop taking streams (GOAWAY, no error); close once the streams already taken are done."""
@@ -435,6 +446,8 @@ class Connection(asyncio.Protocol):
     def _forget(self, stream: Stream, notify: bool) -> None:
         stream.local_closed = stream.remote_closed = True
         stream.pending.clear()
+        if stream.sent is not None:
+            stream.sent.set()
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
         if notify and stream.listener is not None:
@@ -476,6 +489,8 @@ class Connection(asyncio.Protocol):
             del pending[:size]
             stream.send_window -= size
             self._peer_window -= size
+            if stream.sent is not None and len(pending) <= PENDING_BYTES:
+                stream.sent.set()
         self._blocked.pop(stream.id, None)
         if stream.trailers is not None:
             block, stream.trailers = stream.trailers, None

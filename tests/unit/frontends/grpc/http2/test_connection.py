@@ -115,10 +115,21 @@ async def _echo(request: bytes, context: Any) -> bytes:
     return request
 
 
+YIELDED: list[int] = []
+
+
+async def _stream(request: bytes, context: Any) -> Any:
+    """int(request) messages of 100 kB each, counting them in YIELDED."""
+    for i in range(int(request)):
+        YIELDED.append(i)
+        yield b"s" * 100_000
+
+
 def _server(**kwargs: Any) -> Server:
     server = Server(**kwargs)
-    handler = grpc.unary_unary_rpc_method_handler(_echo)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", {"Call": handler})])
+    handlers = {"Call": grpc.unary_unary_rpc_method_handler(_echo),
+                "Stream": grpc.unary_stream_rpc_method_handler(_stream)}  # fmt: skip
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", handlers)])
     return server
 
 
@@ -172,6 +183,19 @@ def test_a_request_larger_than_the_stream_window_is_read_whole() -> None:
         assert client.body(stream) == _message(payload) and client.trailers(stream)["grpc-status"] == "0"
 
     run(test, max_receive_message_length=8 << 20)
+
+
+def test_a_client_that_stops_reading_holds_its_stream_writer_not_our_memory() -> None:
+    async def test(connect: Any, server: Server, port: int) -> None:
+        YIELDED.clear()
+        client = await connect(1000)  # reads nothing more after the call: its window stays shut
+        stream = await client.call(_message(b"500"), path="/test.Echo/Stream")  # 50 MB if nothing held it
+        await asyncio.sleep(0.5)
+        assert 0 < len(YIELDED) <= 12, f"{len(YIELDED)} messages of 100 kB made for a client reading none"
+        client.h2.reset_stream(stream)
+        client.flush()
+
+    run(test)
 
 
 def test_ping_and_settings_are_acknowledged() -> None:
