@@ -20,6 +20,8 @@ Decisions, and why:
   at the peer's frame size. Server push is never used. Priority is read and ignored (RFC 9113 deprecates it).
 - A connection that has not sent HTTP/2's preface within PREFACE_SECONDS is closed, so idle sockets that never
   speak cannot pile up.
+- A client that resets more than RESETS_PER_SECOND of its own streams in one second ("rapid reset") is ended
+  with ENHANCE_YOUR_CALM: each reset stream cost us a call.
 - A frame that breaks the protocol for one stream resets that stream (RST_STREAM); one that breaks it for the
   connection (a bad preface, a bad header block, a frame too large, a flow-control overflow) ends the connection
   with GOAWAY saying why. Frames for streams we already closed are ignored, as the RFC allows after RST_STREAM.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,6 +54,7 @@ MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65535
 FRAME_SIZE = 16384  # the frame size we accept (the RFC's default): no frame of ours or a client's needs more
 PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer is held
+RESETS_PER_SECOND = 200  # streams a client may reset per second before the connection is ended
 PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
 _HEAD = struct.Struct(">BHBBI")  # length (24 bits as byte + short), type, flags, stream id
 
@@ -111,6 +115,7 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         self._draining = False
         self._preface_timer: asyncio.TimerHandle | None = None
+        self._resets, self._reset_window_start = 0, 0.0
         self.closed = asyncio.Event()
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
@@ -295,6 +300,7 @@ class Connection(asyncio.Protocol):
                 raise ConnectionError("RST_STREAM must be 4 bytes on a stream", errors.FRAME_SIZE_ERROR)
             stream = self.streams.get(stream_id)
             if stream is not None:
+                self._count_reset()
                 self._forget(stream, notify=True)
         elif kind == GOAWAY:
             self._draining = True
@@ -305,6 +311,17 @@ class Connection(asyncio.Protocol):
         elif kind == PUSH_PROMISE:
             raise ConnectionError("a client must not send PUSH_PROMISE")
         # any other type is an extension we do not know: ignored, as the RFC says
+
+    def _count_reset(self) -> None:
+        """Streams the peer opened and reset at once cost us a call each and it nothing ("rapid reset",
+        CVE-2023-44487): past RESETS_PER_SECOND in one second the connection ends with ENHANCE_YOUR_CALM."""
+        now = time.monotonic()
+        if now - self._reset_window_start >= 1.0:
+            self._reset_window_start, self._resets = now, 0
+        self._resets += 1
+        if self._resets > RESETS_PER_SECOND:
+            raise ConnectionError(f"more than {RESETS_PER_SECOND} streams reset by the client in one second",
+                                  errors.ENHANCE_YOUR_CALM)  # fmt: skip
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:

@@ -307,6 +307,24 @@ def test_a_connection_without_a_preface_is_closed(monkeypatch: pytest.MonkeyPatc
     run(test)
 
 
+def test_a_rapid_reset_flood_ends_its_connection_only() -> None:
+    async def test(connect: Any, server: Server, port: int) -> None:
+        healthy = await connect()
+        client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
+        block = encode([(":method", "POST"), (":scheme", "http"), (":path", ECHO), (":authority", "t"),
+                        ("content-type", "application/grpc")])  # fmt: skip
+        flood = b"".join(_frame(1, 0x4, s, block) + _frame(3, 0, s, (8).to_bytes(4, "big")) for s in range(1, 1001, 2))
+        client.writer.write(flood)  # 500 streams opened and reset at once
+        await client.until(lambda: any(k == 7 for k, _, _, _ in client.frames))
+        goaway = next(p for k, _, _, p in client.frames if k == 7)
+        assert struct.unpack(">I", goaway[4:8])[0] == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        stream = await healthy.call(_message(b"unhurt"))
+        await healthy.until(healthy.ended(stream))
+        assert healthy.body(stream) == _message(b"unhurt")
+
+    run(test)
+
+
 def test_streams_past_the_limit_are_refused() -> None:
     async def test(connect: Any, server: Server, port: int) -> None:
         client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
