@@ -10,6 +10,8 @@ only that request, on every JSON entry point, and every JSON answer is standard 
 - A handler answering NaN and Infinity: `null` in the body, which a strict parser accepts.
 - Model names (item 3): over 256 characters or outside [A-Za-z0-9_.-] is 400 / INVALID_ARGUMENT on REST and gRPC
   register; no 404 or gRPC status echoes more than a bounded, escaped form of a name it was sent.
+- Bytes that are not HTTP/2 (random, an HTTP/1.1 request, a preface then garbage frames, a rapid-reset flood) on the
+  gRPC port: each ends its own connection, and gRPC and REST go on answering.
 The server answers /ping and valid requests throughout.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +29,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+from google.protobuf import empty_pb2
 
 from serve.archive import package
 from serve.frontends.grpc.generated import inference_pb2 as ipb
@@ -241,3 +245,37 @@ def test_grpc_register_and_describe_refuse_a_bad_name_bounded(server: ServerProc
             stub.DescribeModel(mpb.DescribeModelRequest(model_name=HUGE_PATH_NAME), timeout=TIMEOUT)
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
         assert len(info.value.details() or "") < 200
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+RESET_FLOOD = PREFACE + b"".join(
+    len(b"\x83\x87").to_bytes(3, "big")
+    + b"\x01\x04"
+    + s.to_bytes(4, "big")
+    + b"\x83\x87"  # HEADERS :method POST, :scheme http
+    + b"\x00\x00\x04\x03\x00"
+    + s.to_bytes(4, "big")
+    + b"\x00\x00\x00\x08"  # RST_STREAM CANCEL
+    for s in range(1, 2001, 2)
+)
+
+
+@pytest.mark.parametrize("garbage", [
+    bytes(range(256)) * 40,
+    b"POST /predictions/lin HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n1,2",
+    PREFACE + b"\x00\xff\xff\x00\x00\x00\x00\x00\x01" + b"x" * 1000,  # a frame claiming 65535 bytes
+    PREFACE + b"\x00\x00\x05\x01\x05\x00\x00\x00\x01\xff\xff\xff\xff\xff",  # HEADERS with a bad HPACK integer
+    RESET_FLOOD,
+], ids=["random", "http1", "frame-too-large", "bad-hpack", "rapid-reset"])  # fmt: skip
+def test_garbage_on_the_grpc_port_ends_only_its_connection(server: ServerProcess, garbage: bytes) -> None:
+    host, port = server.grpc_inference.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+        sock.sendall(garbage)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):  # the server closes the connection (GOAWAY first)
+            received += chunk
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        health = ipb_grpc.InferenceAPIsServiceStub(channel).Ping(empty_pb2.Empty(), timeout=TIMEOUT)
+        assert json.loads(health.health)["status"] == "Healthy"
+    _healthy(server)
