@@ -20,7 +20,6 @@ is 0 hung and 0 lost. tests/integration/test_fault_run.py runs a shorter version
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import json
 import os
@@ -41,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from serve.archive import package  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from serve_process import ServeProcess  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 CLIENT_TIMEOUT = 30.0
@@ -85,51 +87,15 @@ class Tally:
                 self.lost += 1
 
 
-class Server:
-    """`python -m serve.cli.main start --foreground` on ports it chose, in its own working directory."""
+class Server(ServeProcess):
+    """serve_process.ServeProcess, and the pids of a model's workers."""
 
     def __init__(self, workdir: Path, store: Path, models: str, **properties: object) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir, self.ports_file = workdir, workdir / "ports.json"
-        lines = {"inference_address": "http://127.0.0.1:0", "management_address": "http://127.0.0.1:0",
-                 "metrics_address": "http://127.0.0.1:0", "grpc_inference_port": 0, "grpc_management_port": 0,
-                 "ports_file": self.ports_file, "number_of_gpu": 0, **properties}  # fmt: skip
-        (workdir / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--disable-token-auth",
-               "--model-store", str(store), "--ts-config", str(workdir / "config.properties"),
-               "--models", models]  # fmt: skip
-        env = dict(os.environ, TMPDIR=str(workdir), PYTHONPATH=str(ROOT))
-        with open(workdir / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.ports = self._wait_ready()
-
-    def _wait_ready(self) -> dict[str, int]:
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}; see {self.workdir / 'server.log'}")
-            if self.ports_file.exists():
-                ports = json.loads(self.ports_file.read_text())
-                with contextlib.suppress(OSError):
-                    if request("GET", ports["inference"], "/ping", timeout=2)[0] == 200:
-                        return ports
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"serve did not become healthy within {START_SECONDS:g} s; see {self.workdir}")
+        super().__init__(workdir, store, models, start_seconds=START_SECONDS, **properties)
 
     def worker_pids(self, model: str) -> list[int]:
         status, body = request("GET", self.ports["management"], f"/models/{model}")
         return [w["pid"] for w in json.loads(body)[0]["workers"] if w.get("pid", -1) > 0] if status == 200 else []
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
 
 
 def request(method: str, port: int, path: str, body: bytes | None = None,

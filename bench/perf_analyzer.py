@@ -40,22 +40,21 @@ import argparse
 import csv
 import dataclasses
 import datetime
-import http.client
 import importlib.metadata
-import json
 import os
 import platform
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+from serve_process import ServeProcess  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN, END = "<!-- perf_analyzer:begin -->", "<!-- perf_analyzer:end -->"
@@ -113,57 +112,10 @@ def build_archive(work: Path) -> Path:
     return store
 
 
-class Server:
-    """`serve start --foreground` on ports it chose (reported in its ports file), serving `mlp`; token auth off."""
-
-    def __init__(self, work: Path, store: Path) -> None:
-        self.work, self.ports_file = work, work / "ports.json"
-        work.mkdir(parents=True, exist_ok=True)
-        self.ports_file.unlink(missing_ok=True)
-        lines = {"inference_address": "http://127.0.0.1:0", "management_address": "http://127.0.0.1:0",
-                 "metrics_address": "http://127.0.0.1:0", "grpc_inference_port": 0, "grpc_management_port": 0,
-                 "ports_file": self.ports_file, "number_of_gpu": 0}  # fmt: skip
-        (work / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--disable-token-auth",
-               "--model-store", str(store), "--ts-config", str(work / "config.properties"),
-               "--models", f"{MODEL}={MODEL}.mar"]  # fmt: skip
-        env = dict(os.environ, TMPDIR=str(work), PYTHONPATH=str(ROOT))
-        with open(work / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self.ports = self._wait_ready()
-
-    def _wait_ready(self) -> dict[str, int]:
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}; see {self.work / 'server.log'}")
-            if self.ports_file.exists():
-                ports = json.loads(self.ports_file.read_text())
-                if _status(ports["inference"], f"/v2/models/{MODEL}/ready") == 200:
-                    return ports
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"{MODEL} was not ready within {START_SECONDS:g} s; see {self.work / 'server.log'}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
-def _status(port: int, path: str) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        connection.request("GET", path)
-        return connection.getresponse().status
-    except OSError:
-        return 0
-    finally:
-        connection.close()
+def start_server(work: Path, store: Path) -> ServeProcess:
+    """serve on ports it chose, serving `mlp`, started once the model is ready over the Open Inference Protocol."""
+    return ServeProcess(work, store, f"{MODEL}={MODEL}.mar", ready=f"/v2/models/{MODEL}/ready",
+                        start_seconds=START_SECONDS)  # fmt: skip
 
 
 def find_binary(given: str | None) -> Path:
@@ -352,7 +304,7 @@ def main() -> None:
         sys.exit(1)
     with tempfile.TemporaryDirectory(prefix="serve-pa-") as tmp:
         work = Path(tmp)
-        server = Server(work / "run", build_archive(work))
+        server = start_server(work / "run", build_archive(work))
         try:
             runs = measure(prefix, server.ports, work, args)
         finally:
