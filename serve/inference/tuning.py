@@ -15,6 +15,8 @@ with a signature already there takes the kept kernel without timing (as `cudnn.b
 - Safety: a kept choice is one of the kernels the layer offers (anything else in the file is ignored), the kernels
   were checked against the reference kernel on that signature when first timed, and the warm-up still checks the
   whole plan against eager for every batch size (optimized.py), as it does without the cache.
+- A choice timed while other work loaded the machine stays until its file is deleted (the next process times
+  again); `describe()` of a plan shows the kernels chosen.
 - Writers: each process merges what the file holds with its own choices and replaces the file whole
   (`os.replace`), so concurrent workers never leave a torn file; at worst one's new entries wait for its next write.
 """
