@@ -185,6 +185,7 @@ class Call:
             del buffer[: 5 + length]
             taken += 5 + length
         self._queued += taken
+        self.connection.buffered(self.stream, self._queued + len(buffer))
         if self._queued > QUEUED_BYTES:  # the handler is behind: the client waits for it through its window
             self._held += len(data)
         else:
@@ -212,6 +213,7 @@ class Call:
             await self._arrived.wait()
         raw = self._messages.popleft()
         self._queued -= len(raw)
+        self.connection.buffered(self.stream, self._queued + len(self._buffer))
         if self._held and self._queued <= QUEUED_BYTES:
             self.connection.consumed(self.stream, self._held)
             self._held = 0
@@ -346,6 +348,11 @@ class Call:
         if self.finished or self.reset:
             return
         self.finished = True
+        if self._queued or self._buffer:  # what the handler left unread: dropped, and off the connection's budget
+            self._messages.clear()
+            self._buffer.clear()
+            self._queued = 0
+            self.connection.buffered(self.stream, 0)
         trailers = [("grpc-status", str(code.value[0]))]
         if details:
             trailers.append(("grpc-message", _percent_encode(details)))
@@ -358,8 +365,6 @@ class Call:
     def _fail_early(self, code: grpc.StatusCode, details: str) -> None:
         """Answer now from the protocol side (the request broke a limit) and stop the handler."""
         self._finish(code, details)
-        self._messages.clear()
-        self._buffer.clear()
         if self._task is not None:
             self._task.cancel()
 

@@ -3,13 +3,20 @@
 It knows nothing of gRPC. A request stream's header block, once whole, goes to `on_request(connection, stream)`,
 which returns the stream's `Listener`: its body arrives as `on_data(bytes)` and `on_end()`, a reset or a lost
 connection as `on_reset()`. The listener answers with `send_headers`, `send_data` and `send_trailers`, and says
-with `consumed(stream, n)` when it has taken n body bytes off the stream, which opens the stream's window again.
+with `consumed(stream, n)` when it has taken n body bytes off the stream, which opens the stream's window again,
+and with `buffered(stream, n)` how many of those bytes it still holds (a message not yet whole, messages its
+handler has not read).
 
 Decisions, and why:
-- Receiving: each stream may have `stream_window` bytes unconsumed (1 MiB), the connection `connection_window`
+- Receiving: each stream may have `stream_window` bytes unconsumed (256 KiB), the connection `connection_window`
   (16 MiB), so a client that sends faster than its calls read is held back by its own window, not by our memory.
-  The connection window is given back as soon as a DATA frame is read (the stream windows are what bound memory);
-  a stream's when its listener consumes the bytes, in WINDOW_UPDATEs of at least half a window.
+  The connection window is given back as soon as a DATA frame is read; a stream's when its listener consumes the
+  bytes, in WINDOW_UPDATEs of at least half a window. A listener consumes a message's bytes as they come (a
+  message may be larger than the window), so what its calls buffer is bounded per connection: past
+  `buffer_budget` bytes buffered by all its streams together, a stream's window is given back only to the
+  connection's leader (the first stream that buffered, until it holds nothing), the others wait. The leader always
+  advances, so a connection never stalls on its own budget, and a connection holds at most about the budget,
+  one message and its streams' windows (256 x 256 KiB), whatever its client sends.
 - Sending: a stream's DATA waits, in order, for the peer's stream and connection windows; trailers follow the last
   of it. A writer of many messages awaits `connection.drained(stream)`, which holds it while the socket's buffer
   is full or more than PENDING_BYTES of the stream's DATA wait for window: a client that stops reading a stream
@@ -62,8 +69,9 @@ _HEAD = struct.Struct(">BHBBI")  # length (24 bits as byte + short), type, flags
 @dataclass(frozen=True)
 class Limits:
     max_concurrent_streams: int = 256
-    stream_window: int = 1 << 20
+    stream_window: int = 256 << 10
     connection_window: int = 16 << 20
+    buffer_budget: int = 32 << 20  # bytes all streams' listeners may buffer before only the leader's window opens
     max_header_list_size: int = 16384
 
 
@@ -76,8 +84,8 @@ class Listener(Protocol):
 class Stream:
     """One request stream: its headers, and what is owed to and from it."""
 
-    __slots__ = ("headers", "id", "listener", "local_closed", "pending", "remote_closed", "send_window", "sent",
-                 "trailers", "unacknowledged")  # fmt: skip
+    __slots__ = ("buffered", "headers", "held", "id", "listener", "local_closed", "pending", "remote_closed",
+                 "send_window", "sent", "trailers", "unacknowledged")  # fmt: skip
 
     def __init__(self, stream_id: int, headers: list[tuple[str, str]], send_window: int) -> None:
         self.id = stream_id
@@ -90,6 +98,8 @@ class Stream:
         self.local_closed = False
         self.unacknowledged = 0  # bytes consumed that no WINDOW_UPDATE has given back yet
         self.sent: asyncio.Event | None = None  # set when `pending` falls under PENDING_BYTES (made when awaited)
+        self.buffered = 0  # body bytes its listener holds (what it said last)
+        self.held = 0  # bytes consumed but not given back to its window: the connection's budget is spent
 
 
 class Connection(asyncio.Protocol):
@@ -108,6 +118,9 @@ class Connection(asyncio.Protocol):
         self._peer_initial_window = DEFAULT_WINDOW
         self._peer_frame_size = FRAME_SIZE
         self._received_unacknowledged = 0
+        self._buffered = 0  # sum of the streams' `buffered`
+        self._leader: Stream | None = None  # the stream whose window always opens (see the module docstring)
+        self._holding: dict[int, Stream] = {}  # streams with `held` bytes, in the order they were held
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window, in the order they blocked
         self._out = bytearray()
         self._flush_scheduled = False
@@ -197,7 +210,39 @@ class Connection(asyncio.Protocol):
             self._forget(stream, notify=False)
 
     def consumed(self, stream: Stream, count: int) -> None:
-        """The listener took `count` body bytes: give them back to the peer's window once half a window is owed."""
+        """The listener took `count` body bytes: give them back to the peer's window once half a window is owed, or
+        hold them while the connection's buffer budget is spent and the stream is not the leader."""
+        if stream.remote_closed or stream.id not in self.streams:
+            return
+        if self._buffered > self.limits.buffer_budget and stream is not self._leader:
+            stream.held += count
+            self._holding[stream.id] = stream
+            return
+        self._credit(stream, count)
+
+    def buffered(self, stream: Stream, count: int) -> None:
+        """The listener now holds `count` body bytes of the stream (0: none)."""
+        self._buffered += count - stream.buffered
+        stream.buffered = count
+        if count and self._leader is None:
+            self._leader = stream
+        elif not count and self._leader is stream:
+            self._leader = None
+        if self._holding:
+            self._release()
+
+    def _release(self) -> None:
+        """Give held bytes back to their windows while the budget allows; a new leader's always."""
+        if self._leader is None:  # the first held stream that buffers: it can always finish its message
+            self._leader = next((s for s in self._holding.values() if s.buffered), None)
+        for stream in list(self._holding.values()):
+            if self._buffered > self.limits.buffer_budget and stream is not self._leader:
+                continue
+            del self._holding[stream.id]
+            held, stream.held = stream.held, 0
+            self._credit(stream, held)
+
+    def _credit(self, stream: Stream, count: int) -> None:
         if stream.remote_closed or stream.id not in self.streams:
             return
         stream.unacknowledged += count
@@ -467,6 +512,9 @@ class Connection(asyncio.Protocol):
             stream.sent.set()
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
+        self._holding.pop(stream.id, None)
+        if stream.buffered or self._leader is stream:
+            self.buffered(stream, 0)
         if notify and stream.listener is not None:
             stream.listener.on_reset()
         self._close_if_done()

@@ -8,6 +8,7 @@ compressed and oversized messages, a graceful stop, and garbage that must hurt o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import struct
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.exceptions
 import h2.settings
 
 from serve.frontends.grpc.http2.connection import PREFACE, Limits
@@ -196,6 +198,63 @@ def test_a_client_that_stops_reading_holds_its_stream_writer_not_our_memory() ->
         client.flush()
 
     run(test)
+
+
+async def _pump(client: Client, bodies: dict[int, bytes], seconds: float, end: bool = True) -> None:
+    """Send each stream's body as its windows allow (ending it when all is sent, if `end`), reading the server
+    meanwhile, until every stream has ended or `seconds` have passed."""
+    sent = dict.fromkeys(bodies, 0)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline and not all(client.ended(s)(client.events) for s in bodies):
+        for stream, body in bodies.items():
+            try:
+                while sent[stream] < len(body):
+                    room = min(client.h2.local_flow_control_window(stream), 16384, len(body) - sent[stream])
+                    if room <= 0:
+                        break
+                    client.h2.send_data(stream, body[sent[stream] : sent[stream] + room])
+                    sent[stream] += room
+                if end and sent[stream] == len(body):
+                    client.h2.end_stream(stream)
+                    sent[stream] += 1  # ended
+            except h2.exceptions.StreamClosedError:  # the server answered and closed it
+                sent[stream] = len(body) + 1
+        client.flush()
+        with contextlib.suppress(TimeoutError):
+            await client.until(lambda events: False, 0.05)
+
+
+def _open(client: Client) -> int:
+    stream = client.h2.get_next_available_stream_id()
+    client.h2.send_headers(stream, [(":method", "POST"), (":scheme", "http"), (":path", ECHO), (":authority", "t"),
+                                    ("content-type", "application/grpc")])  # fmt: skip
+    return stream
+
+
+def test_what_a_connection_buffers_is_bounded_and_its_calls_still_finish() -> None:
+    budget = 1 << 20
+
+    async def unfinished(connect: Any, server: Server, port: int) -> None:
+        client = await connect()
+        # 40 streams each announcing a 3 MB message and sending 2.9 MB of it, never the rest
+        bodies = {_open(client): _message(b"u" * 3_000_000)[:2_900_000] for _ in range(40)}
+        await _pump(client, bodies, 1.5, end=False)
+        [connection] = server._connections
+        window = connection.limits.stream_window
+        held = sum(stream.buffered for stream in connection.streams.values())
+        assert held <= budget + 3_000_005 + 40 * window, f"{held} bytes buffered for one connection"
+        assert held < 40 * 2_900_000 / 3
+
+    async def concurrent(connect: Any, server: Server, port: int) -> None:
+        client = await connect()
+        bodies = {_open(client): _message(bytes([i]) * 600_000) for i in range(20)}  # 12 MB against a 1 MiB budget
+        await _pump(client, bodies, 15)
+        for stream, body in bodies.items():
+            assert client.trailers(stream).get("grpc-status") == "0" and client.body(stream) == body
+
+    run(unfinished, max_receive_message_length=4 << 20, limits=Limits(buffer_budget=budget))
+    run(concurrent, max_receive_message_length=4 << 20, limits=Limits(buffer_budget=budget))
 
 
 def test_ping_and_settings_are_acknowledged() -> None:
