@@ -11,6 +11,9 @@ half as fast as REST on the same model (bench/grpc_rest.py). Here a call is one 
 already serves the dataplane: HTTP/2 framing and HPACK in Python (serve/frontends/grpc/http2/), the answers of one
 loop turn written together. `grpc_server=grpcio` in config.properties selects grpc.aio instead.
 
+At most `max_idle_connections` (config.properties, as for REST) connections without a call in flight are kept;
+a new connection past that closes the one idle longest (GOAWAY, then close).
+
 TLS: `add_secure_port` takes an `ssl.SSLContext` (server.py builds it from certificate_file and private_key_file)
 and offers ALPN "h2", which gRPC clients require.
 """
@@ -126,6 +129,11 @@ class Server:
 
     def _connection(self) -> Connection:
         connection = Connection(self._call, self.limits)
+        idle = [c for c in self._connections if c.idle_since is not None]
+        if len(idle) >= self.limits.max_idle_connections:  # as the REST listeners do: the one idle longest goes
+            oldest = min(idle, key=lambda c: c.idle_since or 0.0)
+            oldest.goaway()
+            oldest.abort()
         self._connections.add(connection)
         asyncio.get_running_loop().create_task(self._forget_when_closed(connection))
         return connection

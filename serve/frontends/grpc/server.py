@@ -42,6 +42,7 @@ from serve.frontends.grpc.generated import (
 )
 from serve.frontends.grpc.health import SERVICE_NAME as HEALTH_SERVICE
 from serve.frontends.grpc.health import HealthServicer, health_pb2_grpc
+from serve.frontends.grpc.http2.connection import Limits
 from serve.frontends.grpc.native import Server
 from serve.frontends.grpc.servicers.kserve_v2 import KServeV2Servicer
 from serve.frontends.grpc.servicers.torchserve_inference import TorchServeInferenceServicer
@@ -84,7 +85,8 @@ def _server(settings: Settings, auth: TokenAuth, kind: str) -> GrpcServer:
     interceptors = [TokenInterceptor(auth, kind)] if auth.enabled else None
     if settings.grpc_server == "serve":
         return Server(interceptors, max_receive_message_length=settings.max_request_size,
-                      max_send_message_length=settings.max_response_size)  # fmt: skip
+                      max_send_message_length=settings.max_response_size,
+                      limits=Limits(max_idle_connections=settings.max_idle_connections))  # fmt: skip
     options = [("grpc.max_receive_message_length", settings.max_request_size),
                ("grpc.max_send_message_length", settings.max_response_size),
                ("grpc.so_reuseport", 0)]  # a port already taken fails loudly, as the REST listeners do  # fmt: skip

@@ -72,6 +72,7 @@ class Limits:
     stream_window: int = 256 << 10
     connection_window: int = 16 << 20
     buffer_budget: int = 32 << 20  # bytes all streams' listeners may buffer before only the leader's window opens
+    max_idle_connections: int = 1000  # per server (native.Server): past it, the one idle longest is closed
     max_header_list_size: int = 16384
 
 
@@ -130,6 +131,7 @@ class Connection(asyncio.Protocol):
         self._preface_timer: asyncio.TimerHandle | None = None
         self._resets, self._reset_window_start = 0, 0.0
         self.closed = asyncio.Event()
+        self.idle_since: float | None = time.monotonic()  # None while a stream is open
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
 
@@ -428,6 +430,7 @@ class Connection(asyncio.Protocol):
             )
         self.last_stream_id = stream_id
         stream = Stream(stream_id, fields, self._peer_initial_window)
+        self.idle_since = None
         if self._draining or len(self.streams) >= self.limits.max_concurrent_streams:
             self._frame(RST_STREAM, 0, stream_id, struct.pack(">I", errors.REFUSED_STREAM))
             return
@@ -515,6 +518,8 @@ class Connection(asyncio.Protocol):
         self._holding.pop(stream.id, None)
         if stream.buffered or self._leader is stream:
             self.buffered(stream, 0)
+        if not self.streams:
+            self.idle_since = time.monotonic()
         if notify and stream.listener is not None:
             stream.listener.on_reset()
         self._close_if_done()

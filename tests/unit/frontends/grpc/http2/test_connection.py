@@ -384,6 +384,26 @@ def test_a_rapid_reset_flood_ends_its_connection_only() -> None:
     run(test)
 
 
+def test_idle_connections_past_the_limit_close_the_oldest() -> None:
+    async def test(connect: Any, server: Server, port: int) -> None:
+        clients = [await connect() for _ in range(2)]
+        await clients[0].until(lambda ev: any(isinstance(e, h2.events.SettingsAcknowledged) for e in ev))
+        busy = await clients[0].call(_message(b"sleep0.5"))  # in a call: not idle, so never the one closed
+        await asyncio.sleep(0.1)
+        clients.append(await connect())  # idle now: clients 1 and 2, the limit
+        await clients[2].until(lambda ev: any(isinstance(e, h2.events.SettingsAcknowledged) for e in ev))
+        newest = await connect()  # one more: the one idle longest, client 1, is closed
+        await clients[1].until(lambda ev: any(isinstance(e, h2.events.ConnectionTerminated) for e in ev))
+        await clients[0].until(clients[0].ended(busy))
+        assert clients[0].trailers(busy)["grpc-status"] == "0"
+        assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in clients[2].events)
+        stream = await newest.call(_message(b"new"))
+        await newest.until(newest.ended(stream))
+        assert newest.body(stream) == _message(b"new")
+
+    run(test, limits=Limits(max_idle_connections=2))
+
+
 def test_streams_past_the_limit_are_refused() -> None:
     async def test(connect: Any, server: Server, port: int) -> None:
         client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
