@@ -508,13 +508,6 @@ static inline float hmax(V v) {
     return m;
 }
 
-static inline float hsum(V v) {
-    float buf[VL], t = 0.0f;
-    vstore(buf, v);
-    for (int i = 0; i < VL; i++)
-        t += buf[i];
-    return t;
-}
 
 /* p[s] = exp(x[s] - max) / sum for s < n, where x[s] = p[s] * scale + mask[s * ms] (ms 0: one value for the row,
  * 1: a row of values; mask NULL: none). A row whose x are all -inf is zeros when `safe`, NaN otherwise (PyTorch's

@@ -66,4 +66,13 @@ static inline VMask vmask(int n) {
 #error "SK_ISA must be 512 or 256"
 #endif
 
+/* The sum of a vector's lanes, in lane order (the kernels' reductions depend on that order being fixed). */
+static inline float hsum(V v) {
+    float buf[VL], t = 0.0f;
+    vstore(buf, v);
+    for (int i = 0; i < VL; i++)
+        t += buf[i];
+    return t;
+}
+
 #endif /* SK_ISA_H */

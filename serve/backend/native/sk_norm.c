@@ -11,14 +11,6 @@
 
 #include "sk_isa.h"
 
-static inline float row_sum(V acc) {
-    float buf[VL], t = 0.0f;
-    vstore(buf, acc);
-    for (int i = 0; i < VL; i++)
-        t += buf[i];
-    return t;
-}
-
 /* s = x + res written to dst (res NULL: dst is x, nothing written); returns sum(s). */
 static float add_and_sum(const float *x, const float *res, float *dst, long long n) {
     V acc = vzero();
@@ -40,7 +32,7 @@ static float add_and_sum(const float *x, const float *res, float *dst, long long
         for (; j < n; j++)
             tail += x[j];
     }
-    return row_sum(acc) + tail;
+    return hsum(acc) + tail;
 }
 
 static float squared_deviations(const float *s, long long n, float mean) {
@@ -53,7 +45,7 @@ static float squared_deviations(const float *s, long long n, float mean) {
     float tail = 0.0f;
     for (; j < n; j++)
         tail += (s[j] - mean) * (s[j] - mean);
-    return row_sum(acc) + tail;
+    return hsum(acc) + tail;
 }
 
 static void normalize(const float *s, float *out, long long n, float mean, float rstd, const float *gamma,
