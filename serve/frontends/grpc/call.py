@@ -15,6 +15,8 @@ Decisions, and why:
 - A message above the receive limit ends the call with RESOURCE_EXHAUSTED at its length prefix, before its body
   is buffered; an answer above the send limit likewise.
 - The deadline (`grpc-timeout`) cancels the handler's task and answers DEADLINE_EXCEEDED, as grpc.aio does.
+- A request that breaks the framing (ends inside a message, says "compressed" under identity, does not
+  decompress) is INVALID_ARGUMENT, the client's error (grpc-c says INTERNAL, which reads as ours).
 - A handler's exception other than `abort` is UNKNOWN with "Unexpected <type>: <message>", grpc.aio's wording,
   and logged with its traceback.
 - A stream the client resets cancels the handler's task; nothing more is sent.
@@ -207,7 +209,10 @@ class Call:
         while not self._messages:
             if self._ended:
                 if self._buffer:
-                    raise _Status(grpc.StatusCode.INTERNAL, "the request ended inside a message")
+                    raise _Status(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "the request ended inside a message: send whole length-prefixed messages",
+                    )
                 return grpc.aio.EOF
             self._arrived.clear()
             await self._arrived.wait()
@@ -235,17 +240,17 @@ class Call:
 
     def _decompress(self, raw: bytes) -> bytes:
         wbits = {"gzip": 31, "deflate": 15}.get(self._encoding)
-        if wbits is None:
-            raise _Status(grpc.StatusCode.UNIMPLEMENTED if self._encoding != "identity" else grpc.StatusCode.INTERNAL,
-                          f"a compressed message with grpc-encoding {self._encoding!r}: send identity, deflate "
-                          "or gzip")  # fmt: skip
+        if wbits is None:  # an encoding we do not read is UNIMPLEMENTED; "compressed" with identity, the client's error
+            code = grpc.StatusCode.UNIMPLEMENTED if self._encoding != "identity" else grpc.StatusCode.INVALID_ARGUMENT
+            raise _Status(code, f"a compressed message with grpc-encoding {self._encoding!r}: send identity, deflate "
+                                "or gzip")  # fmt: skip
         limit = self.server.max_receive_message_length
         decompressor = zlib.decompressobj(wbits)
         try:
             payload = decompressor.decompress(memoryview(raw)[5:], limit + 1)
         except zlib.error as exc:
             raise _Status(
-                grpc.StatusCode.INTERNAL, f"a {self._encoding} message that does not decompress: {exc}"
+                grpc.StatusCode.INVALID_ARGUMENT, f"a {self._encoding} message that does not decompress: {exc}"
             ) from None
         if len(payload) > limit:
             raise _Status(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max "

@@ -455,6 +455,8 @@ def test_compressed_requests_and_the_limits() -> None:
         bomb = await client.call(_message(gzip.compress(b"\0" * 200_000), compressed=True), grpc_encoding="gzip")
         large = await client.call(_message(b"x" * 100_001))
         unknown = await client.call(_message(b"zz", compressed=True), grpc_encoding="snappy")
+        corrupt = await client.call(_message(b"not gzip", compressed=True), grpc_encoding="gzip")
+        truncated = await client.call(_message(b"whole")[:-2])
         too_big_answer = await client.call(_message(b"big200000"))
         await client.until(lambda ev: all(client.ended(s)(ev) for s in (zipped, bomb, large, unknown, too_big_answer)))
         assert client.body(zipped) == _message(b"packed")
@@ -462,6 +464,9 @@ def test_compressed_requests_and_the_limits() -> None:
         for stream in (bomb, large, too_big_answer):
             assert client.trailers(stream)["grpc-status"] == exhausted, client.trailers(stream)
         assert client.trailers(unknown)["grpc-status"] == str(grpc.StatusCode.UNIMPLEMENTED.value[0])
+        await client.until(lambda ev: client.ended(corrupt)(ev) and client.ended(truncated)(ev))
+        invalid = str(grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        assert client.trailers(corrupt)["grpc-status"] == client.trailers(truncated)["grpc-status"] == invalid
 
     run(test, max_receive_message_length=100_000, max_send_message_length=100_000)
 
