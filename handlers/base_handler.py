@@ -26,7 +26,10 @@ Where we differ from TorchServe, on purpose:
 - Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
   (`fn` raises ValueError, RecursionError, InvalidInput or PredictionException) answers with its own status code
   and the body `{"code": ..., "type": ..., "message": ...}`, and the batch carries on with the other requests
-  (TorchServe fails the whole batch). An error outside a row (in inference, say) still fails the whole batch.
+  (TorchServe fails the whole batch). A preprocess that returns `ShapeGroups` (handlers/shape_groups.py) has each
+  group of one input shape run through inference and postprocess on its own, and a failure the group's input
+  explains answers only that group; the default preprocess does so when the requests' arrays differ in shape
+  (one shape: the stacked tensor, as before). Any other error outside a row still fails the whole batch.
 - `explain_handle` raises PredictionException(501) unless the handler implements `get_insights` (TorchServe
   raises AttributeError); `describe_handle` returns None, as TorchServe's.
 - A handler module used by name must define exactly one class, as TorchServe's loader requires.
@@ -44,6 +47,7 @@ from typing import Any
 import numpy as np
 
 import serve
+from handlers.shape_groups import AnsweredShapes, Group, ShapeGroups, group_indices, run_groups
 from serve.errors import InvalidInput, PredictionException
 from serve.serialization import find_state_dict
 from serve.worker.context import Context
@@ -75,6 +79,8 @@ class BaseHandler:
         self.handler_config: dict[str, Any] = {}
         self.explain = False
         self._row_errors: dict[int, dict[str, Any]] = {}
+        self.group: Group | None = None  # the group of one shape being run (ShapeGroups)
+        self.answered_shapes = AnsweredShapes()  # the input shapes the model has answered
 
     # ---- loading -------------------------------------------------------------------------------------------
 
@@ -147,9 +153,11 @@ class BaseHandler:
         else:
             preprocessed = self.preprocess(data)
             if self._is_explain():
-                output = self.explain_handle(preprocessed, data)
+                output = self.explain_handle(self._one_group(preprocessed), data)
             elif len(self._row_errors) == len(data):
                 output = []  # every request was rejected: nothing to run
+            elif isinstance(preprocessed, ShapeGroups):
+                output = run_groups(preprocessed, self._run_group, self.answered_shapes, self.row_error)
             else:
                 output = self.postprocess(self.inference(preprocessed))
             output = self._merge_row_errors(output, len(data))
@@ -157,9 +165,39 @@ class BaseHandler:
         return output
 
     def preprocess(self, data: list[Any]) -> Any:
-        """Each request's number or nested list (JSON) stacked into one batch tensor."""
-        _, values = self.decode_rows(data, _json_value)
-        return serve.as_tensor(values)
+        """Each request's number or nested list (JSON) stacked into one batch tensor; ShapeGroups when the requests'
+        shapes differ."""
+        good, decoded = self.decode_rows(data, _json_value)
+        groups = group_indices(shape for _, shape in decoded)
+        values = [value for value, _ in decoded]
+        if len(groups) <= 1:
+            return serve.as_tensor(values)
+        return ShapeGroups(
+            Group((shape, ""), [good[i] for i in members], serve.as_tensor([values[i] for i in members]))
+            for shape, members in groups.items()
+        )
+
+    def _run_group(self, group: Group) -> list[Any]:
+        self.group = group
+        try:
+            return self.postprocess(self.inference(group.batch))
+        finally:
+            self.group = None
+
+    def _one_group(self, preprocessed: Any) -> Any:
+        """An explanation's batch: the largest group of one shape (the first of equals); the requests of other
+        shapes are answered 400."""
+        if not isinstance(preprocessed, ShapeGroups):
+            return preprocessed
+        if not preprocessed:
+            return None
+        kept = max(preprocessed, key=lambda g: len(g.indices))
+        for group in preprocessed:
+            if group is not kept:
+                for idx in group.indices:
+                    self.row_error(idx, 400, f"input of shape {group.key[0]} does not match this explanation batch's "
+                                             f"{kept.key[0]}: explain inputs of one shape together")  # fmt: skip
+        return kept.batch
 
     def inference(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         with serve.no_grad():
@@ -350,8 +388,8 @@ def _payload(row: Any) -> Any:
     return value
 
 
-def _json_value(payload: Any) -> Any:
-    """A number or nested list, from JSON bytes/text or already parsed."""
+def _json_value(payload: Any) -> tuple[Any, tuple[int, ...]]:
+    """A number or nested list, from JSON bytes/text or already parsed, and its shape."""
     if isinstance(payload, (bytes, bytearray, str)):
         try:
             payload = json.loads(payload)
@@ -359,4 +397,7 @@ def _json_value(payload: Any) -> Any:
             raise InvalidInput(f"expected a JSON number or nested list of numbers, could not parse it: {e}") from e
     if isinstance(payload, bool) or not isinstance(payload, (int, float, list)):
         raise InvalidInput(f"expected a number or nested list of numbers, got {type(payload).__name__}")
-    return payload
+    try:
+        return payload, tuple(serve.as_tensor(payload).shape)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InvalidInput(f"expected a number or a rectangular nested list of numbers: {e}") from None

@@ -7,16 +7,26 @@ Input per request, either:
   (JSON has only float64, which the models' float32 weights would promote), integers int64, booleans bool.
 Model-config `handler: {dtype: float32}` casts every input to that dtype (useful when clients send integers).
 
-Shapes: the first request that decodes fixes the batch's input shape; a request of another shape answers 400
-("expected (3, 224, 224) ... got (3, 32, 32)") and the others run. The model gets (batch, *shape) and must
-return one tensor (batch, ...); request i gets row i.
+Shapes: the model gets (batch, *shape) and must return one tensor (batch, ...); request i gets row i. Which shape
+a request must send, decided so that one request's input never decides its batch-mates' answers:
+- the model-config's declared input shape (`handler: {inputs: [{shape: [-1, 3, 224, 224]}]}`, -1 any size, the
+  first the batch), when given, is checked as each request decodes: another shape is a 400 naming both;
+- otherwise the requests of a batch are grouped by shape and dtype and each group runs through the model on its
+  own (handlers/shape_groups.py): a batch of one shape is one forward as before, and a group the model fails on
+  is, when the model answers other shapes (in this batch, an earlier one, or the model-config's
+  `example_input_shape`), a 400 for that group's requests alone naming the shapes it answers ("the model failed
+  on this request's input of shape (2, 3, 224, 224) float32 (...); it answers inputs of shape (3, 224, 224)
+  float32"). A group per dtype too, because numpy would promote an integer request's batch-mates to float64,
+  which the model refuses for all of them. Only when the model has answered no shape yet does a failing batch
+  fail as a whole (503 "Prediction failed"): nothing then says the input is at fault. The declared shape is the
+  way to have even a fresh worker's first request checked.
+The shape most requests of a batch share was not chosen: a model that takes several sizes (a fully convolutional
+one) would see its minority sizes refused, and a batch of two shapes one each would still depend on the order.
 
 Output per request: a JSON (nested) list, or `.npy` bytes when its Accept header prefers
 `application/x-npy` or `application/octet-stream` (the response content type says which).
 Bad input (neither .npy nor JSON, a ragged list, strings or objects, an unsupported dtype, a `.npy` header that
-claims more elements than its bytes hold, checked before numpy allocates them): a 400 that says so. When the
-model-config declares the input's shape (`handler: {inputs: [{shape: [-1, 4]}]}`, -1 any size, the first the
-batch), a request of a shape that contradicts it is a 400 naming both shapes, not a failure inside the model.
+claims more elements than its bytes hold, checked before numpy allocates them): a 400 that says so.
 
 Warm-up: only when the model-config gives one request's shape, `example_input_shape: [3, 224, 224]` (in the
 `handler:` section or at the top level): `example_inputs(b)` is then (b, *shape) in `handler.dtype` (float32).
@@ -42,6 +52,7 @@ import numpy as np
 
 import serve
 from handlers.base_handler import BaseHandler
+from handlers.shape_groups import AnsweredShapes, Group, ShapeGroups, group_indices
 from serve.errors import InvalidInput
 from serve.worker.context import Context
 
@@ -68,9 +79,10 @@ class TensorHandler(BaseHandler):
         self.input_dtype = dtype
         self.input_name = _first_name(self.handler_config.get("inputs"), None)  # None: any name is taken
         self.output_name = _first_name(self.handler_config.get("outputs"), DEFAULT_OUTPUT) or DEFAULT_OUTPUT
-        self.rows: list[Row] = []
         self.example_shape = example_input_shape(self.handler_config, self.model_yaml_config)
         self.declared_shape = _first_shape(self.handler_config.get("inputs"))  # (batch, ...), -1 any; None: any
+        if self.example_shape is not None:  # warm-up runs it: a shape the model answers
+            self.answered_shapes = AnsweredShapes([(self.example_shape, self.input_dtype or "float32")])
 
     def example_inputs(self, batch_size: int) -> tuple[serve.Tensor, ...] | None:
         """(batch, *example_input_shape) in the handler's input dtype (float32 by default), when the model-config
@@ -79,20 +91,17 @@ class TensorHandler(BaseHandler):
             return None
         return (self.example_tensor((batch_size, *self.example_shape), np.dtype(self.input_dtype or "float32")),)
 
-    def preprocess(self, data: list[Any]) -> serve.Tensor | None:
+    def preprocess(self, data: list[Any]) -> ShapeGroups:
+        """The requests' arrays, each (n, *shape) (n = 1 for a plain request, shape[0] for a v2 one), concatenated
+        per shape and dtype: one group of (rows, *shape) per kind of input in the batch."""
         good, decoded = self.decode_rows(data, self._decode)
-        self.rows = []
-        batch: list[np.ndarray] = []  # each (n, *shape): n = 1 for a plain request, shape[0] for a v2 one
-        for idx, (array, v2) in zip(good, decoded):
-            if batch and array.shape[1:] != batch[0].shape[1:]:
-                message = f"input shape {array.shape[1:]} does not match the batch's {batch[0].shape[1:]}"
-                self.row_error(idx, 400, message + ": every request to this model must send an array of the same shape")
-                continue
-            self.rows.append(Row(idx, len(array), v2))
-            batch.append(array if self.input_dtype is None else array.astype(self.input_dtype))
-        if not batch:
-            return None
-        return serve.from_numpy(np.concatenate(batch))  # (batch, *shape)
+        arrays = [array if self.input_dtype is None else array.astype(self.input_dtype) for array, _ in decoded]
+        groups = ShapeGroups()
+        for (shape, dtype), members in group_indices((a.shape[1:], a.dtype.name) for a in arrays).items():
+            rows = [Row(good[i], len(arrays[i]), decoded[i][1]) for i in members]
+            batch = serve.from_numpy(np.concatenate([arrays[i] for i in members]))  # (rows, *shape)
+            groups.append(Group((shape, dtype), [r.idx for r in rows], batch, rows))
+        return groups
 
     def _decode(self, payload: Any) -> tuple[np.ndarray, bool]:
         """(rows, is v2): a plain input is one row; a v2 request's input is its own batch."""
@@ -106,17 +115,21 @@ class TensorHandler(BaseHandler):
         return rows, v2
 
     def postprocess(self, data: Any) -> list[Any]:
+        """One answer per request of the group being run (BaseHandler.handle sets `self.group`)."""
         if not isinstance(data, serve.Tensor):
             raise RuntimeError(f"the tensor handler expects the model to return one tensor, got {type(data).__name__}")
+        if self.group is None:
+            raise RuntimeError("postprocess ran outside handle(): the tensor handler needs the group of requests")
+        rows: list[Row] = self.group.rows
         out = data.detach().cpu().numpy()
-        total = sum(r.count for r in self.rows)
+        total = sum(r.count for r in rows)
         if out.ndim == 0 or out.shape[0] != total:
             raise RuntimeError(
                 f"the model returned shape {out.shape} for a batch of {total}: its first dimension must be the batch"
             )
         results = []
         start = 0
-        for r in self.rows:
+        for r in rows:
             part = out[start : start + r.count]
             start += r.count
             results.append(self._encode_v2(r.idx, part) if r.v2 else self._encode(r.idx, part[0]))

@@ -302,3 +302,47 @@ def test_initialize_reads_mapping_and_handler_config(tmp_path):
     assert map_class_to_label([[0.25, 0.75]], handler.mapping) == [{"tench": 0.25, "goldfish": 0.75}]
     assert map_class_to_label([[0.9, 0.1]], {"0": "a"}, [[1, 0]]) == [{"1": 0.9, "a": 0.1}]
     assert map_class_to_label([[0.5, 0.5]]) == [{"0": 0.5, "1": 0.5}]
+
+
+class Summer(BaseHandler):
+    """A model that takes vectors of 3 numbers only: (B, 3) -> (B,) sums."""
+
+    def load_model(self, context):
+        def model(x):
+            if tuple(x.shape[1:]) != (3,):
+                raise ValueError(f"expected (B, 3), got {tuple(x.shape)}")
+            return x.sum(1)
+
+        return model
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_a_row_of_another_shape_fails_alone_at_any_position(tmp_path, position):
+    handler = Summer()
+    ctx = started(handler, tmp_path, n=3)
+    data: list = [{"data": [1.0, 2.0, 3.0]}, {"body": b"[4, 5, 6]"}]
+    data.insert(position, {"data": [[1.0, 2.0], [3.0, 4.0]]})
+    out = handler.handle(data, ctx)
+    assert [ctx.get_response_status(i)[0] for i in range(3)] == [400 if i == position else 200 for i in range(3)]
+    assert "input of shape (2, 2) (ValueError: expected (B, 3)" in out[position]["message"]
+    assert "it answers inputs of shape (3,)" in out[position]["message"]
+    assert [o for i, o in enumerate(out) if i != position] == [6.0, 15.0]
+
+
+def test_a_ragged_row_is_its_own_400(tmp_path):
+    handler = Summer()
+    ctx = started(handler, tmp_path, n=2)
+    out = handler.handle([{"data": [[1.0, 2.0], [3.0]]}, {"data": [1.0, 2.0, 3.0]}], ctx)
+    assert out[0]["code"] == 400 and "rectangular nested list" in out[0]["message"] and out[1] == 6.0
+
+
+def test_an_explanation_batch_keeps_its_largest_shape(tmp_path):
+    class Explained(Summer):
+        def get_insights(self, tensor_data, _, target=0):
+            return [[float(tensor_data.shape[0])]] * tensor_data.shape[0]
+
+    handler = Explained()
+    ctx = started(handler, tmp_path, headers=[{"explain": "True"}] * 3, n=3)
+    out = handler.handle([{"data": [1.0, 2.0]}, {"data": [1.0, 2.0, 3.0]}, {"data": [4.0, 5.0, 6.0]}], ctx)
+    assert out[0]["code"] == 400 and "explain inputs of one shape together" in out[0]["message"]
+    assert out[1:] == [[2.0], [2.0]]

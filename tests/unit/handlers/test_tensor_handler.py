@@ -96,22 +96,72 @@ def test_octet_stream_accept_gives_npy_bytes(started):
     assert from_npy(out[0]).shape == (3,) and ctx.get_response_content_type(0) == "application/octet-stream"
 
 
-def test_first_good_row_fixes_the_shape(started):
+def reference(handler, x: np.ndarray) -> np.ndarray:
+    """The model on `x` alone, (rows, 3)."""
+    with serve.no_grad():
+        return handler.model(serve.from_numpy(x)).numpy()
+
+
+def test_every_shape_the_model_takes_is_answered_whatever_its_batch_mates(started):
     handler, ctx = started(n=4)
-    good = np.ones((2, 3, 3), np.float32)
-    data = [
-        {"body": b"garbage"},
-        {"body": npy(good)},
-        {"body": npy(np.ones((2, 4, 4), np.float32))},
-        {"data": good.tolist()},
-    ]
+    small, large = np.ones((2, 3, 3), np.float32), np.full((2, 4, 4), 0.5, np.float32)
+    data = [{"body": b"garbage"}, {"body": npy(small)}, {"body": npy(large)}, {"data": small.tolist()}]
     out = handler.handle(data, ctx)
     assert out[0]["code"] == 400 and "neither .npy" in out[0]["message"]
-    assert out[2]["code"] == 400 and out[2]["message"].startswith(
-        "input shape (2, 4, 4) does not match the batch's (2, 3, 3)"
-    )
-    assert out[1] == out[3] and len(out[1]) == 3
-    assert [ctx.get_response_status(i)[0] for i in range(4)] == [400, 200, 400, 200]
+    assert [ctx.get_response_status(i)[0] for i in range(4)] == [400, 200, 200, 200]
+    np.testing.assert_allclose(out[1], reference(handler, small[None])[0], rtol=1e-5)
+    np.testing.assert_allclose(out[2], reference(handler, large[None])[0], rtol=1e-5)
+    assert out[3] == out[1]
+
+
+BAD_INPUTS = {
+    "an extra dimension (.npy)": npy(np.ones((2, 2, 3, 3), np.float32)),  # a batch sent as one request
+    "one channel (JSON)": b"[[[1.0, 2.0, 3.0]]]",  # (1, 1, 3): the convolution wants 2 channels
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("position", [0, 1, 3])
+def test_a_request_the_model_cannot_take_fails_alone_at_any_position(started, bad, position):
+    handler, ctx = started(n=4)
+    goods = np.random.default_rng(position).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    data: list = [{"body": npy(g)} for g in goods]
+    data.insert(position, {"body": BAD_INPUTS[bad]})
+    out = handler.handle(data, ctx)
+    assert [ctx.get_response_status(i)[0] for i in range(4)] == [400 if i == position else 200 for i in range(4)]
+    assert out[position]["code"] == 400
+    assert "it answers inputs of shape (2, 3, 3) float32: send an array of that shape" in out[position]["message"]
+    answers = [out[i] for i in range(4) if i != position]
+    np.testing.assert_allclose(np.array(answers), reference(handler, goods), rtol=1e-5, atol=1e-6)
+
+
+def test_an_integer_request_does_not_turn_its_float_batch_mates_into_float64(started):
+    handler, ctx = started(n=3)
+    goods = np.random.default_rng(1).standard_normal((2, 2, 3, 3)).astype(np.float32)
+    data = [{"body": npy(goods[0])}, {"data": np.ones((2, 3, 3), np.int64).tolist()}, {"body": npy(goods[1])}]
+    out = handler.handle(data, ctx)
+    assert [ctx.get_response_status(i)[0] for i in range(3)] == [200, 400, 200]
+    assert "input of shape (2, 3, 3) int64" in out[1]["message"]
+    np.testing.assert_allclose(np.array([out[0], out[2]]), reference(handler, goods), rtol=1e-5, atol=1e-6)
+
+
+def test_a_lone_bad_request_after_good_batches_is_400(started):
+    handler, ctx = started(n=1)
+    handler.handle([{"body": npy(np.ones((2, 3, 3), np.float32))}], ctx)
+    out = handler.handle([{"body": b"[[[1.0, 2.0, 3.0]]]"}], ctx)
+    assert ctx.get_response_status(0)[0] == 400 and "it answers inputs of shape (2, 3, 3) float32" in out[0]["message"]
+
+
+def test_a_fresh_worker_knows_the_example_input_shape(started):
+    handler, ctx = started(config={"handler": {"example_input_shape": [2, 3, 3]}}, n=1)
+    out = handler.handle([{"body": b"[[[1.0, 2.0, 3.0]]]"}], ctx)
+    assert ctx.get_response_status(0)[0] == 400 and "it answers inputs of shape (2, 3, 3) float32" in out[0]["message"]
+
+
+def test_with_no_shape_answered_yet_a_failing_batch_fails_as_a_whole(started):
+    handler, ctx = started(n=2)
+    with pytest.raises(RuntimeError, match="channels"):
+        handler.handle([{"body": b"[[[1.0, 2.0, 3.0]]]"}, {"body": b"[[[4.0, 5.0, 6.0]]]"}], ctx)
 
 
 def test_handler_dtype_casts_integer_json(started):
