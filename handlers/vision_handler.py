@@ -24,10 +24,14 @@ preprocessed image, one (C, H, W) nested list per request, TorchServe's JSON (ha
 model-config `handler: {ig_steps: 15, ig_batch_size: 16}`.
 
 Per-request errors (the other requests of the batch carry on): bad base64, bytes that are not a JPEG/PNG/WebP
-or are truncated, a nested list that is ragged or not numeric, or an input whose tensor shape differs from the
-batch's first one: 400. An image whose header claims more pixels than `limit_max_image_pixels` allows: 413,
-refused from the header, before any pixel is decoded (True = Pillow's default limit, 89,478,485 pixels;
-False = no limit; an int = that many pixels).
+or are truncated, a nested list that is ragged or not numeric: 400. A nested list must be one image as the model
+takes it, whatever its batch-mates send: (C, H, W) with no empty side; the (C, H, W) the transforms make when
+they fix the size (a 400 names it), else C the transforms' channels (3, 1 with grayscale). An image whose header
+claims more pixels than `limit_max_image_pixels` allows: 413, refused from the header, before any pixel is decoded
+(True = Pillow's default limit, 89,478,485 pixels; False = no limit; an int = that many pixels).
+Images of different sizes (transforms that keep the size) are not refused: preprocess returns one batch tensor
+when every image of the batch has one shape, else a group per shape, each run through the model on its own
+(handlers/shape_groups.py), where a failure on a size the model never answered is that group's 400.
 
 Where we differ from TorchServe, on purpose:
 - Images are converted to RGB (or "L" with grayscale) before the transforms: TorchServe hands a PNG's alpha
@@ -53,6 +57,7 @@ from PIL import Image, UnidentifiedImageError
 import serve
 from handlers.base_handler import BaseHandler
 from handlers.insights import explain_rows, ig_settings, image_insights
+from handlers.shape_groups import Group, ShapeGroups, group_indices
 from handlers.transforms import IMAGENET_MEAN, IMAGENET_STD, build_image_processing
 from serve.errors import InvalidInput, PredictionException
 from serve.worker.context import Context
@@ -151,6 +156,7 @@ class VisionHandler(BaseHandler):
         super().__init__()
         self.max_image_pixels: int | None = PILLOW_MAX_IMAGE_PIXELS
         self.input_shape: tuple[int, int, int] | None = None  # (C, H, W) the transforms make, when fixed
+        self.channels: int | None = None  # C the transforms make, when built from the model-config
 
     def initialize(self, context: Context) -> None:
         super().initialize(context)
@@ -174,6 +180,7 @@ class VisionHandler(BaseHandler):
         except (ValueError, TypeError) as e:
             raise ValueError(f"model-config handler: section: {e}") from e
         self.input_shape = transformed_shape(settings)
+        self.channels = 1 if settings["grayscale"] else 3
         return processing
 
     def example_inputs(self, batch_size: int) -> tuple[Any, ...] | None:
@@ -183,11 +190,16 @@ class VisionHandler(BaseHandler):
         return (self.example_tensor((batch_size, *self.input_shape)),)
 
     def preprocess(self, data: list[Any]) -> Any:
+        """The images stacked (N, C, H, W) on the device; ShapeGroups when their shapes differ."""
         good, values = self.decode_rows(data, self.decode_input)
-        values = self.same_shape_rows(good, values)
-        if not values:
-            return None
-        return serve.from_numpy(np.stack(values)).to(self.device)  # (N, C, H, W)
+        groups = group_indices(value.shape for value in values)
+        if len(groups) <= 1:
+            return serve.from_numpy(np.stack(values)).to(self.device) if values else None
+        return ShapeGroups(
+            Group((shape, "float32"), [good[i] for i in members],
+                  serve.from_numpy(np.stack([values[i] for i in members])).to(self.device))
+            for shape, members in groups.items()
+        )  # fmt: skip
 
     def decode_input(self, payload: Any) -> np.ndarray:
         """One request's payload -> its (C, H, W) float array."""
@@ -198,25 +210,22 @@ class VisionHandler(BaseHandler):
                 raise RuntimeError(f"{type(self).__name__}.initialize(context) must run before images are decoded")
             image = decode_image(bytes(payload), self.max_image_pixels, self.image_formats)
             return np.asarray(self.image_processing(image), dtype=np.float32)
-        return nested_list_tensor(payload)
+        return self.check_tensor(nested_list_tensor(payload))
 
-    def same_shape_rows(self, good: list[int], values: list[np.ndarray]) -> list[np.ndarray]:
-        """Rows whose shape differs from the batch's first one become 400 errors: a batch stacks one shape."""
-        if not values:
-            return values
-        shape = values[0].shape
-        kept = []
-        for idx, value in zip(good, values):
-            if value.shape == shape:
-                kept.append(value)
-            else:
-                self.row_error(
-                    idx,
-                    400,
-                    f"input of shape {list(value.shape)} does not match this batch's {list(shape)}: the model "
-                    "takes one tensor shape (for images, configure crop or image_size in the model-config)",
-                )
-        return kept
+    def check_tensor(self, value: np.ndarray) -> np.ndarray:
+        """A nested-list input as one image the model takes (see the module docstring), else InvalidInput."""
+        shape = list(value.shape)
+        if self.input_shape is not None and value.shape != self.input_shape:
+            raise InvalidInput(f"input of shape {shape} is not the {list(self.input_shape)} (C, H, W) this model's "
+                               "transforms make (crop, resize or image_size in the model-config): send an image, or "
+                               "a nested list of that shape")  # fmt: skip
+        if value.ndim != 3 or 0 in value.shape:
+            raise InvalidInput(f"a nested list input is one preprocessed image (C, H, W) with no empty side, got shape "
+                               f"{shape}: send an image, or a nested list of that form")  # fmt: skip
+        if self.channels is not None and value.shape[0] != self.channels:
+            raise InvalidInput(f"input of shape {shape} has {value.shape[0]} channels; this model's images have "
+                               f"{self.channels} (C, H, W): send an image, or a nested list of that form")  # fmt: skip
+        return value
 
     # ---- explanations (handlers/insights.py) ---------------------------------------------------------------
 

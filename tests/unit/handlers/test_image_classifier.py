@@ -233,3 +233,36 @@ def test_a_model_that_does_not_return_logits_fails_the_batch(tmp_path):
     handler, context = vision_handler(ImageClassifier, nn.Conv2d(3, 2, 1), tmp_path, {"image_size": 8})
     with pytest.raises(RuntimeError, match=r"logits \(batch, classes\), got \[1, 2, 8, 8\]"):
         run_batch(handler, context, [{"body": png_bytes(8, 8)}])
+
+
+BAD_TENSORS = {
+    "another size": np.zeros((3, 8, 8)).tolist(),
+    "one channel": [[[1.0, 2.0, 3.0]]],
+    "a batch": np.zeros((2, 3, 16, 16)).tolist(),
+    "empty": [[[]]],
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_TENSORS))
+@pytest.mark.parametrize("position", [0, 2])
+def test_a_nested_list_of_the_wrong_shape_fails_alone_at_any_position(classifier, bad, position):
+    handler, context = classifier
+    raws = [png_bytes(20, 20, seed=s) for s in range(3)]
+    rows: list = [{"body": raw} for raw in raws]
+    rows.insert(position, {"body": BAD_TENSORS[bad]})
+    results = run_batch(handler, context, rows)
+    assert_row_error(results[position], context, position, 400, "[3, 16, 16] (C, H, W) this model's transforms make")
+    goods = [r for i, r in enumerate(results) if i != position]
+    alone = [run_batch(handler, context, [{"body": raw}])[0] for raw in raws]
+    assert goods == [pytest.approx(a) for a in alone]
+
+
+def test_images_the_transforms_leave_in_their_size_are_each_answered(tmp_path):
+    handler, context = vision_handler(ImageClassifier, ToyClassifier(), tmp_path, {"resize": None, "crop": None})
+    raws = [png_bytes(20, 20, seed=1), png_bytes(12, 9, seed=2), png_bytes(20, 20, seed=3)]
+    rows = [{"body": raw} for raw in raws] + [{"body": [[[1.0, 2.0, 3.0]]]}]
+    results = run_batch(handler, context, rows)
+    assert [context.get_response_status(i)[0] for i in range(4)] == [200, 200, 200, 400]
+    assert "has 1 channels; this model's images have 3" in results[3]["message"]
+    alone = [run_batch(handler, context, [{"body": raw}])[0] for raw in raws]
+    assert results[:3] == [pytest.approx(a) for a in alone]

@@ -68,3 +68,12 @@ def test_a_model_output_of_the_wrong_shape_fails_the_batch(tmp_path):
     handler, context = vision_handler(ImageSegmenter, nn.Flatten(), tmp_path, {"image_size": 8})
     with pytest.raises(RuntimeError, match=r"\(batch, classes, H, W\).*got \[1, 192\]"):
         run_batch(handler, context, [{"body": png_bytes(8, 8)}])
+
+
+def test_a_wrong_nested_list_first_fails_alone(tmp_path):
+    handler, context = vision_handler(ImageSegmenter, ToySegmenter(False), tmp_path, {"image_size": 8})
+    image = png_bytes(9, 9)
+    results = run_batch(handler, context, [{"body": [[[1.0, 2.0, 3.0]]]}, {"body": image}, {"body": image}])
+    assert_row_error(results[0], context, 0, 400, "[3, 8, 8] (C, H, W)")
+    (alone,) = run_batch(handler, context, [{"body": image}])
+    np.testing.assert_allclose(np.asarray(results[1:]), np.asarray([alone, alone]), rtol=1e-6)

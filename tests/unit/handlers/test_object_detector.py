@@ -100,3 +100,21 @@ def test_a_model_that_is_not_a_detector_fails_the_batch(tmp_path):
     handler, context = vision_handler(ObjectDetector, NotADetector(), tmp_path)
     with pytest.raises(RuntimeError, match="no labels, scores"):
         run_batch(handler, context, [{"body": png_bytes(8, 6)}])
+
+
+class StrictDetector(ToyDetector):
+    """As torchvision's detectors: (3, H, W) images only (their normalisation has three means)."""
+
+    def forward(self, images: list[serve.Tensor]) -> list[dict[str, serve.Tensor]]:
+        for image in images:
+            if image.ndim != 3 or image.shape[0] != 3 or 0 in image.shape:
+                raise ValueError(f"expected a (3, H, W) image, got {tuple(image.shape)}")
+        return super().forward(images)
+
+
+@pytest.mark.parametrize("bad", [[[[1.0, 2.0, 3.0]]], [1.0, 2.0], np.zeros((3, 0, 4)).tolist(), {"boxes": []}])
+def test_a_nested_list_that_is_not_an_image_fails_alone(tmp_path, bad):
+    handler, context = vision_handler(ObjectDetector, StrictDetector(), tmp_path)
+    results = run_batch(handler, context, [{"body": bad}, {"body": png_bytes(8, 6)}, {"body": png_bytes(5, 7)}])
+    assert results[0]["code"] == 400 and context.get_response_status(0)[0] == 400
+    assert results[1:] == [expected(8, 6), expected(5, 7)]
