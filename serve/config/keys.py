@@ -67,6 +67,9 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "max_idle_connections": v.int_at_least(1),
     "ports_file": v.optional_path,
     "max_extracted_bytes_total": v.int_at_least(1),
+    "worker_memory_limit": v.int_at_least(0),
+    "worker_heartbeat_interval": v.positive_float,
+    "worker_heartbeat_misses": v.int_at_least(1),
 }
 
 CLI_ONLY: dict[str, Callable[[str, Any], Any]] = {

@@ -113,3 +113,11 @@ class Settings:
     ports_file: Path | None = None
     # bytes extracted from archives across all registered model versions (serve/management/urls.py)
     max_extracted_bytes_total: int = 64 * 1024**3
+    # a worker whose resident memory passes this many bytes after a batch is replaced (serve/management/memory.py);
+    # None: 80% of the memory the server may use shared by the workers running; 0: no limit. Model-config
+    # `workerMemoryLimit` overrides it per model version
+    worker_memory_limit: int | None = None
+    # each worker beats every worker_heartbeat_interval s; one silent for interval x misses s is hung: it is killed
+    # and replaced (serve/management/worker_process.py)
+    worker_heartbeat_interval: float = 5
+    worker_heartbeat_misses: int = 4

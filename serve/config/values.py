@@ -37,6 +37,7 @@ MODEL_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "startupTimeout": (int,),
     "runtimeType": (str,),
     "parallelLevel": (int,),
+    "workerMemoryLimit": (int,),
 }
 
 

@@ -45,7 +45,7 @@ async def run_batch(worker: WorkerProcess, jobs: list[Job], batch_id: int,
             _finish(jobs, reply, bodies, streams)
             return reply
     except TimeoutError:
-        worker.kill()
+        worker.kill("response_timeout")
         message = (f"Model {worker.spec.model_name} version {worker.spec.version}: no response within "
                    f"response_timeout={response_timeout:g}s; worker {worker.id} was stopped and is restarting. "
                    "Raise responseTimeout in the model-config (or response_timeout) for a slow model")  # fmt: skip

@@ -22,6 +22,9 @@ Ours (TorchServe has neither), checked at registration, a bad value refused with
 - `optimize: true | false` (default true) and `optimize_warmup_s: seconds` (default 30): whether the workers run
   the model's inference plan (serve/inference) and how long each may warm it up before it reports ready
   (serve/worker/optimizing.py). Describe shows per worker whether it runs optimized and why not.
+- `workerMemoryLimit: bytes` (also in the `models` property; 0: none): the resident memory a worker may hold after
+  a batch before it is replaced; beats `worker_memory_limit`, whose default is a share of the host's memory
+  (serve/management/memory.py). Describe shows the limit in force now (0: none).
 GPUs: the workers take `deviceIds` (each in 0..number_of_gpu-1; anything else is ignored with a warning and every
 GPU is used), else every GPU, in turn (round-robin), as TorchServe; `deviceType: cpu`, or number_of_gpu = 0, runs
 them on the CPU.
@@ -42,6 +45,7 @@ from serve.batching import Batcher, JobQueue
 from serve.config import Settings
 from serve.errors import InvalidInput, ModelNotReady
 from serve.management.config_keys import unsupported_keys
+from serve.management.memory import MemoryLimit
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
 from serve.metrics import ServerMetrics
@@ -59,6 +63,7 @@ CONFIG_KEYS = {
     "startupTimeout": ("startup_timeout", 1),
     "jobQueueSize": ("job_queue_size", 1),
     "maxRetryTimeoutInSec": ("max_retry_timeout", 0),
+    "workerMemoryLimit": ("memory_limit", 0),
 }
 DEFAULT_MAX_RETRY_S = 300
 DTYPES = ("float32", "float16", "bfloat16")
@@ -79,6 +84,7 @@ class VersionConfig:
     dtype: str = "float32"
     gpu_memory_fraction: float | None = None
     optimize: bool = True
+    memory_limit: int | None = None  # bytes per worker (0: none; None: worker_memory_limit, or its default)
     ignored_keys: tuple[str, ...] = ()  # TorchServe model-config keys serve ignores (config_keys.py)
 
 
@@ -192,7 +198,8 @@ class ModelVersion:
 
     def __init__(self, name: str, archive: ModelArchive, url: str, config: VersionConfig, settings: Settings,
                  metrics: ServerMetrics, next_id: Callable[[], str], *, handler: str | None = None,
-                 loaded_at_startup: bool = False, downloaded: Path | None = None) -> None:  # fmt: skip
+                 loaded_at_startup: bool = False, downloaded: Path | None = None,
+                 workers_running: Callable[[], int] | None = None) -> None:  # fmt: skip
         self.name, self.archive, self.url, self.config = name, archive, url, config
         self.version = archive.model_version
         self.loaded_at_startup, self.downloaded = loaded_at_startup, downloaded
@@ -202,10 +209,13 @@ class ModelVersion:
         self.batcher = Batcher(self.queue, config.batch_size, config.max_batch_delay)
         spec = WorkerSpec(name, self.version, archive.model_dir.resolve(), handler, config.batch_size,
                           config.startup_timeout, settings.max_request_size, settings.max_response_size,
-                          settings.limit_max_image_pixels, config.threads)  # fmt: skip
+                          settings.limit_max_image_pixels, config.threads, settings.worker_heartbeat_interval,
+                          settings.worker_heartbeat_misses)  # fmt: skip
         pool_settings = PoolSettings(config.response_timeout, config.max_retry_timeout,
                                      settings.unregister_model_timeout, config.gpu_ids)  # fmt: skip
-        self.pool = WorkerPool(spec, self.queue, self.batcher, metrics, pool_settings, next_id)
+        configured = settings.worker_memory_limit if config.memory_limit is None else config.memory_limit
+        memory_limit = MemoryLimit(configured, workers_running or (lambda: self.pool.active))
+        self.pool = WorkerPool(spec, self.queue, self.batcher, metrics, pool_settings, next_id, memory_limit)
 
     def scale(self, min_workers: int, max_workers: int) -> list[asyncio.Future[None]]:
         self.config = replace(self.config, min_workers=min_workers, max_workers=max_workers)
@@ -246,6 +256,7 @@ class ModelVersion:
         if c.gpu_ids:
             out["deviceIds"] = list(c.gpu_ids)
         out["dtype"] = c.dtype
+        out["workerMemoryLimit"] = self.pool.memory_limit.bytes() or 0
         if c.gpu_memory_fraction is not None:
             out["gpuMemoryFraction"] = c.gpu_memory_fraction
         if c.ignored_keys:

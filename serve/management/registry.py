@@ -332,7 +332,8 @@ class ModelRegistry:
                                     current=0, others=self._workers_except(None))  # fmt: skip
                 mv = ModelVersion(name, archive, url, config, self.settings, self.metrics, self._next_id,
                                   handler=handler, loaded_at_startup=loaded_at_startup,
-                                  downloaded=path if downloaded else None)  # fmt: skip
+                                  downloaded=path if downloaded else None,
+                                  workers_running=lambda: self._workers_except(None))  # fmt: skip
                 self._models.setdefault(name, {})[mv.version] = mv
                 self._defaults.setdefault(name, mv.version)
         except BaseException:

@@ -68,12 +68,14 @@ class SpawnedProcess:
             loop.call_soon_threadsafe(self._exited.set)
 
 
-async def spawn(argv: Sequence[str], cwd: str, env: dict[str, str], stream_limit: int) -> SpawnedProcess:
-    """Start `argv` in `cwd` with `env`, in its own session, its three standard streams piped to this process."""
+async def spawn(argv: Sequence[str], cwd: str, env: dict[str, str], stream_limit: int,
+                pass_fds: Sequence[int] = ()) -> SpawnedProcess:  # fmt: skip
+    """Start `argv` in `cwd` with `env`, in its own session, its three standard streams piped to this process, and
+    the file descriptors `pass_fds` kept open in it (under the same numbers)."""
     loop = asyncio.get_running_loop()
     popen = subprocess.Popen(  # vfork + exec: see the module docstring
         list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
-        cwd=cwd, env=env, start_new_session=True, close_fds=True,
+        cwd=cwd, env=env, start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds),
     )  # fmt: skip
     assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
     try:

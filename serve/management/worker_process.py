@@ -12,6 +12,13 @@ the live gRPC servers). The ready handshake carries the optimizer's report (whet
 optimized, why not, the batch sizes warmed up), kept as `optimization` for describe. BLAS thread counts are
 left at their defaults unless the model-config sets `torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key),
 which sets OMP/OpenBLAS/MKL threads to n.
+
+Hung workers: the worker beats on a pipe of its own from a thread (serve/worker/heartbeat.py), during batches too.
+Once READY, a worker silent for `heartbeat_interval` x `heartbeat_misses` seconds (config `worker_heartbeat_interval`,
+`worker_heartbeat_misses`: 5 s x 4) is stopped, deadlocked or stuck in native code holding the GIL: it is killed,
+`lost_reason` says why, and the batch it held fails with that reason (WorkerError, "Worker died. ..."). A long
+batch keeps beating and is left to `response_timeout`. `ended_by` records who ended the process on purpose
+(unresponsive, response_timeout, memory), for the restart metric; None when it died on its own.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 import serve
 from serve.errors import ModelLoadError, WorkerError
+from serve.management.heartbeat import HeartbeatPipe
 from serve.management.spawn import SpawnedProcess, spawn
 from serve.worker.protocol import Message, ProtocolError, encode, read_message
 
@@ -38,6 +46,7 @@ model_log = logging.getLogger("MODEL_LOG")
 TAIL_LINES = 20
 HANDSHAKE_BYTES = 1 << 20
 STREAM_BUFFER = 1 << 20  # replies of several MB (image batches) are read with less pausing of the pipe
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 STARTING, READY, UNLOADING, STOPPED, DEAD = "STARTING", "READY", "UNLOADING", "STOPPED", "DEAD"
 
@@ -56,6 +65,8 @@ class WorkerSpec:
     max_response_size: int
     limit_max_image_pixels: bool = True
     threads: int | None = None
+    heartbeat_interval: float = 5.0  # s between the worker's beats
+    heartbeat_misses: int = 4  # beats a READY worker may miss before it is taken for hung
 
 
 class WorkerProcess:
@@ -72,6 +83,10 @@ class WorkerProcess:
         self._tasks: list[asyncio.Task[Any]] = []
         self._on_exit: list[Callable[[], None]] = []
         self._kill_requested = False
+        self._heartbeat: HeartbeatPipe | None = None
+        self.lost_reason: str | None = None  # why the server gave up on a live process (it stopped answering)
+        self.ended_by: str | None = None  # unresponsive, response_timeout, memory: why it was ended on purpose
+        self.loaded_memory = 0  # resident bytes once the model was loaded (READY)
         self.optimization: dict[str, Any] = {}  # the ready handshake's report (serve/worker/optimizing.py)
 
     @property
@@ -89,12 +104,20 @@ class WorkerProcess:
     async def start(self) -> None:
         """Start the process and wait for its handshake; ModelLoadError with the handler's error otherwise."""
         spec = self.spec
-        self._proc = await spawn(
-            [sys.executable, "-m", "serve.worker.process", *self._arguments()],
-            cwd=str(spec.model_dir),
-            env=self._environment(),
-            stream_limit=STREAM_BUFFER,
-        )
+        beat = self._heartbeat = HeartbeatPipe()
+        try:
+            self._proc = await spawn(
+                [sys.executable, "-m", "serve.worker.process", *self._arguments(), "--heartbeat-fd",
+                 str(beat.child_fd), "--heartbeat-interval", str(spec.heartbeat_interval)],
+                cwd=str(spec.model_dir),
+                env=self._environment(),
+                stream_limit=STREAM_BUFFER,
+                pass_fds=(beat.child_fd,),
+            )  # fmt: skip
+        except BaseException:
+            beat.close()
+            raise
+        beat.attach()
         self.pid, self.start_time = self._proc.pid, time.time()
         self._tasks = [asyncio.create_task(self._pump_stderr()), asyncio.create_task(self._watch_exit())]
         if self._kill_requested:  # stopped while the process was being created
@@ -111,6 +134,9 @@ class WorkerProcess:
             raise self._load_error(f"the worker wrote something that is not a handshake: {e}") from None
         await self._check_handshake(message)
         self.state = READY
+        self.loaded_memory = self.memory_usage()
+        beat.restart_clock()
+        self._tasks.append(asyncio.create_task(self._watch_heartbeat(beat)))
 
     async def _check_handshake(self, message: Message | None) -> None:
         if message is None:
@@ -172,9 +198,10 @@ class WorkerProcess:
         for task in pending:
             task.cancel()
 
-    def kill(self) -> None:
-        """SIGKILL the worker and anything it started (its process group)."""
+    def kill(self, cause: str | None = None) -> None:
+        """SIGKILL the worker and anything it started (its process group); `cause` names why, for `ended_by`."""
         self._kill_requested = True
+        self.ended_by = self.ended_by or cause
         if self._proc is None or self._proc.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -184,7 +211,7 @@ class WorkerProcess:
         """Resident memory of the process in bytes (0 when unknown)."""
         try:
             with open(f"/proc/{self.pid}/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                return int(f.read().split()[1]) * PAGE_SIZE
         except (OSError, ValueError, IndexError):
             return 0
 
@@ -205,6 +232,8 @@ class WorkerProcess:
 
     def death_message(self, when: str) -> str:
         """TorchServe's "Worker died." with what we know: which worker, how it ended, its last output."""
+        if self.lost_reason:
+            return f"Worker died. {self.lost_reason}"
         how = self.exit_description()
         return f"Worker died. Worker {self.id} (pid {self.pid}) exited {when} ({how}){self.output_tail()}"
 
@@ -245,9 +274,30 @@ class WorkerProcess:
         except TimeoutError:
             return False
 
+    async def _watch_heartbeat(self, beat: HeartbeatPipe) -> None:
+        """Kill the worker once it has been silent for heartbeat_interval x heartbeat_misses s while READY."""
+        interval, misses = self.spec.heartbeat_interval, self.spec.heartbeat_misses
+        while self.state == READY and not self.exited.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self.exited.wait()
+            silent = beat.silence()
+            if self.state != READY or self.exited.is_set() or silent <= interval * misses:
+                continue
+            self.lost_reason = (
+                f"Worker {self.id} (pid {self.pid}) sent no heartbeat for {silent:.1f} s (worker_heartbeat_interval="
+                f"{interval:g}s x worker_heartbeat_misses={misses}): it was stopped (SIGSTOP), deadlocked or stuck in "
+                "native code holding the GIL, so it was killed and a new worker is started. A handler that holds the "
+                "GIL that long on purpose needs a larger worker_heartbeat_misses"
+            )  # fmt: skip
+            self.kill("unresponsive")
+            return
+
     async def _watch_exit(self) -> None:
         assert self._proc is not None
         await self._proc.wait()
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if self.state not in (UNLOADING, STOPPED):
             self.state = DEAD
         self.exited.set()

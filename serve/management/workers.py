@@ -13,6 +13,17 @@ has been failing less than `max_retry_timeout` s (model-config `maxRetryTimeoutI
 While every worker's last load failed (a handler that crash-loops), queued and new jobs are answered 503 at once
 with the load error too (`loading_fails()`), instead of waiting for a load that keeps failing.
 
+Misbehaving workers are replaced, and each replacement is counted in `ts_worker_restarts_total` by reason:
+- unresponsive: a READY worker that sends no heartbeat for `worker_heartbeat_interval` x `worker_heartbeat_misses`
+  s (SIGSTOP, a deadlock, native code holding the GIL) is killed by its handle (worker_process.py); the batch it
+  held fails with "Worker died. ... sent no heartbeat ..." (500), which describe shows as `lastError`, and a new
+  worker starts (a failure: TorchServe's back-off applies). A long batch keeps beating; `response_timeout` ends it.
+- memory: after each batch it answered, a worker whose RSS is over its limit (memory.py) is stopped (it holds no
+  job then: no request is lost, queued ones wait for the new worker) and started again at once, with a warning
+  saying how much it held. Not a failure: no back-off.
+- response_timeout, died: the existing paths below.
+Each READY worker's RSS is on /metrics as `ts_worker_memory_bytes` (serve/metrics/worker_metrics.py).
+
 Worker states in describe: READY, STARTING (loading), RESTARTING (waiting out a back-off after a failure),
 UNLOADING (stopping), FAILED (gave up). TorchServe shows only READY and UNLOADING. Scaling, as in TorchServe,
 starts workers until there are `min_workers` and stops them while there are more than `max_workers`; nothing
@@ -45,6 +56,7 @@ from typing import Any
 from serve.batching import Batcher, JobQueue
 from serve.errors import ModelLoadError, ModelNotReady, WorkerError
 from serve.management.dispatch import run_batch
+from serve.management.memory import MemoryLimit, mib
 from serve.management.worker_process import READY, STARTING, STOPPED, UNLOADING, WorkerProcess, WorkerSpec
 from serve.metrics import ServerMetrics
 
@@ -73,6 +85,7 @@ class WorkerSlot:
         self.busy = False
         self.last_error: str | None = None
         self.load_failed = False  # its last attempt to load the model failed (it has not been READY since)
+        self.warned_memory = False  # the log said once that its process loaded over the memory limit
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[Any] | None = None
@@ -104,9 +117,11 @@ class WorkerPool:
     """The workers of one model version, fed by its JobQueue."""
 
     def __init__(self, spec: WorkerSpec, queue: JobQueue, batcher: Batcher, metrics: ServerMetrics,
-                 settings: PoolSettings, next_id: Callable[[], str]) -> None:  # fmt: skip
+                 settings: PoolSettings, next_id: Callable[[], str],
+                 memory_limit: MemoryLimit | None = None) -> None:  # fmt: skip
         self.spec, self.queue, self.batcher, self.metrics = spec, queue, batcher, metrics
         self.settings, self._next_id = settings, next_id
+        self.memory_limit = memory_limit or MemoryLimit(0, lambda: 1)
         self.slots: list[WorkerSlot] = []
         self.min_workers = self.max_workers = 0
         self._batch_ids = itertools.count(1)
@@ -235,9 +250,13 @@ class WorkerPool:
                     break
                 if error is None:
                     failures = 0
-                    await self._serve(slot)
+                    recycled = await self._serve(slot)
                     if slot.stopping:
                         break
+                    ended_by = slot.worker.ended_by if slot.worker is not None else None
+                    self.metrics.worker_restart(self.spec.model_name, self.spec.version, ended_by or "died")
+                    if recycled:
+                        continue
                     error = slot.last_error or "the worker stopped"
                 failures += 1
                 failing_since = failing_since if failures > 1 else time.monotonic()
@@ -274,12 +293,16 @@ class WorkerPool:
             slot.first_load(e if isinstance(e, ModelLoadError) else ModelLoadError(str(e)))
             return str(e)
         slot.state, slot.load_failed = READY, False  # last_error stays: describe shows why it last restarted
+        slot.warned_memory = False
         slot.first_load(None)
+        name, version, reader = self.spec.model_name, self.spec.version, worker.memory_usage
+        self.metrics.watch_worker_memory(name, version, slot.id, reader)
+        worker.on_exit(lambda: self.metrics.forget_worker_memory(name, version, slot.id, reader))
         self._report()
         return None
 
-    async def _serve(self, slot: WorkerSlot) -> None:
-        """The batch loop, until the slot stops or its process is lost."""
+    async def _serve(self, slot: WorkerSlot) -> bool:
+        """The batch loop, until the slot stops or its process is lost (False) or was stopped for its memory (True)."""
         worker = slot.worker
         assert worker is not None
         while not slot.stopping and worker.alive:
@@ -293,10 +316,35 @@ class WorkerPool:
                 self.queue.requeue(batch)
                 break
             if not await self._dispatch(slot, worker, batch):
-                return
+                return False
+            if self._over_memory(slot, worker):
+                slot.state = RESTARTING
+                worker.ended_by = "memory"
+                await worker.stop(self.settings.stop_timeout)
+                return True
         if not slot.stopping:
             slot.last_error = worker.death_message("while idle")
             log.error("model %s version %s: %s", self.spec.model_name, self.spec.version, slot.last_error)
+        return False
+
+    def _over_memory(self, slot: WorkerSlot, worker: WorkerProcess) -> bool:
+        """True when the worker holds more than its memory limit and a new worker would not (memory.py)."""
+        limit = self.memory_limit.bytes()
+        rss = worker.memory_usage() if limit is not None else 0
+        if limit is None or rss <= limit:
+            return False
+        where = f"model {self.spec.model_name} version {self.spec.version}: worker {worker.id} (pid {worker.pid})"
+        if worker.loaded_memory > limit:
+            if not slot.warned_memory:
+                slot.warned_memory = True
+                log.warning("%s held %s once its model loaded, over its memory limit of %s (%s); it is not "
+                            "restarted for memory, as a new worker would hold as much", where,
+                            mib(worker.loaded_memory), mib(limit), self.memory_limit.source())  # fmt: skip
+            return False
+        slot.last_error = (f"{where} held {mib(rss)} after a batch, over its memory limit of {mib(limit)} ("
+                           f"{self.memory_limit.source()}); it answered its requests and was restarted")  # fmt: skip
+        log.warning("%s", slot.last_error)
+        return True
 
     async def _dispatch(self, slot: WorkerSlot, worker: WorkerProcess, batch: list[Any]) -> bool:
         """Run one batch; False when the worker was lost doing it (its jobs are answered with the error)."""

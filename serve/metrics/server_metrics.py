@@ -20,6 +20,11 @@ Ours in addition (TorchServe has none of these; pain point 15 asks for them):
     ts_batch_size                               histogram of the batches sent to workers
     ts_queue_depth                              gauge: requests waiting in the model's queue
     ts_model_workers                            gauge, state="live" | "total"
+    ts_worker_restarts_total                    {model_name, model_version, hostname, reason}  workers replaced:
+                                                reason="memory" (over its memory limit), "unresponsive" (no
+                                                heartbeat), "response_timeout", "died" (exited on its own)
+    ts_worker_memory_bytes                      {model_name, model_version, hostname, worker_id}  RSS per worker,
+                                                read at scrape time (worker_metrics.py)
 
 Decisions:
 - TorchServe's counters whose names lack `_total` (Requests2XX, the two `*_microseconds`) keep their exact sample
@@ -41,6 +46,7 @@ from prometheus_client.registry import Collector
 from serve.metrics import text_format
 from serve.metrics.backend_metrics import BackendMetrics
 from serve.metrics.gpu_metrics import GpuCollector
+from serve.metrics.worker_metrics import Reader, WorkerMemoryCollector
 
 MODEL_LABELS = ("model_name", "model_version", "hostname")
 HOST_LABELS = ("Level", "Hostname")
@@ -88,6 +94,10 @@ class ServerMetrics:
                                   registry=reg)  # fmt: skip
         self._workers = Gauge("ts_model_workers", "Worker processes of the model: live ones and all of them",
                               MODEL_LABELS + ("state",), registry=reg)  # fmt: skip
+        self._restarts = Counter("ts_worker_restarts", "Workers replaced, by why: memory, unresponsive, "
+                                 "response_timeout, died", MODEL_LABELS + ("reason",), registry=reg)  # fmt: skip
+        self._worker_memory = WorkerMemoryCollector(self.hostname)
+        reg.register(self._worker_memory)
         self._request_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._backend = BackendMetrics(reg, self.hostname)
         # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
@@ -146,12 +156,25 @@ class ServerMetrics:
         self._workers.labels(*labels, "live").set(live)
         self._workers.labels(*labels, "total").set(total)
 
+    def worker_restart(self, model: str, version: str, reason: str) -> None:
+        """A worker of the version was replaced: `reason` memory, unresponsive, response_timeout or died."""
+        self._restarts.labels(model, version or "default", self.hostname, reason).inc()
+
+    def watch_worker_memory(self, model: str, version: str, worker_id: str, reader: Reader) -> None:
+        """Report `reader()` (the worker's RSS in bytes) as ts_worker_memory_bytes on every page from now on."""
+        self._worker_memory.watch(model, version or "default", worker_id, reader)
+
+    def forget_worker_memory(self, model: str, version: str, worker_id: str, reader: Reader) -> None:
+        """Stop reporting the worker's memory, unless another reader (its successor's) replaced `reader`."""
+        self._worker_memory.forget(model, version or "default", worker_id, reader)
+
     def remove_model(self, model: str, version: str) -> None:
         """Forget a model version's gauges (its queue and workers), so an unregistered model stops showing."""
         labels = (model, version or "default", self.hostname)
         self._queue_depth.remove(*labels)  # prometheus-client ignores label sets it does not hold
         for state in ("live", "total"):
             self._workers.remove(*labels, state)
+        self._worker_memory.forget(model, version or "default")
 
     def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:
         """Records a worker's handler produced (MetricsCache records as dicts); they carry their own ModelName."""

@@ -8,7 +8,8 @@ takes down only this process, and the server restarts it.
 
 The protocol runs on duplicates of the process's original stdin/stdout. Before the handler is imported, fd 0 is
 pointed at /dev/null and fd 1 at stderr, so whatever a handler prints (from Python or from C) goes to the log and
-can never corrupt the channel.
+can never corrupt the channel. A thread beats on the heartbeat pipe the server passes (`--heartbeat-fd`), during
+batches too, so the server can tell a hung process from a long batch (heartbeat.py).
 
 Results are serialised as TorchServe's backend does: bytes as they are, str as UTF-8, a Tensor as `serve.save`
 bytes (TorchServe: `torch.save`), anything else as `json.dumps(value, indent=2)`. Unlike TorchServe, a response
@@ -44,7 +45,7 @@ from serve.batching.job import DESCRIBE, InferenceRequest
 from serve.batching.json_values import DECODE_ERRORS, decode_error_text
 from serve.batching.json_values import dumps as json_dumps
 from serve.errors import InvalidInput, PredictionException
-from serve.worker import gpu
+from serve.worker import gpu, heartbeat
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
 from serve.worker.optimizing import optimize_handler
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     channel_in, channel_out = _take_channel()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if args.heartbeat_fd is not None:
+        heartbeat.start(args.heartbeat_fd, args.heartbeat_interval)
     try:
         handler, context, device, optimization = _load(args)
     except (Exception, SystemExit) as e:
@@ -94,6 +97,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit-max-image-pixels", choices=("true", "false"), default="true")
     p.add_argument("--max-response-size", type=int, default=6553500)
     p.add_argument("--max-input-bytes", type=int, default=1 << 30)
+    p.add_argument("--heartbeat-fd", type=int, default=None, help="the pipe to beat on (heartbeat.py)")
+    p.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between beats")
     return p.parse_args(argv)
 
 
