@@ -14,11 +14,21 @@ Decisions, and why:
   mostly tensors and short JSON, where compression costs more CPU than the loopback or LAN saves.
 - A message above the receive limit ends the call with RESOURCE_EXHAUSTED at its length prefix, before its body
   is buffered; an answer above the send limit likewise.
-- The deadline (`grpc-timeout`) cancels the handler's task and answers DEADLINE_EXCEEDED, as grpc.aio does.
-- A request that breaks the framing (ends inside a message, says "compressed" under identity, does not
-  decompress) is INVALID_ARGUMENT, the client's error (grpc-c says INTERNAL, which reads as ours).
-- A handler's exception other than `abort` is UNKNOWN with "Unexpected <type>: <message>", grpc.aio's wording,
-  and logged with its traceback.
+- The deadline (`grpc-timeout`) cancels the handler's task and answers DEADLINE_EXCEEDED, as grpc.aio does. It is
+  kept on the event loop's clock, the clock its timer runs on, and the call remembers that its timer cancelled it:
+  the status never depends on comparing two clocks (uvloop keeps time in whole milliseconds, so its timer fires up
+  to a millisecond before time.monotonic() reaches the deadline: such a comparison answered 15 of 140 expired calls
+  "UNAVAILABLE", which clients retry). Only a
+  cancellation that is neither the deadline nor the client's reset (the server stopping) answers UNAVAILABLE. A
+  deadline already past when the call arrives (`0m`) answers DEADLINE_EXCEEDED without running the handler.
+- Whose fault it is decides the status. The client's: a `grpc-timeout` that is not 1-8 ASCII digits and a unit
+  (PROTOCOL-HTTP2.md's TimeoutValue TimeoutUnit), a request that breaks the framing (ends inside a message, says
+  "compressed" under identity), a compressed message that does not decompress, is cut short or has bytes after its
+  end, and a message that does not deserialize are INVALID_ARGUMENT, answered without a traceback in our log, and
+  the handler cannot turn them into another status (the deserializer runs inside the handler's `read`). grpc-c
+  answers these INTERNAL ("Error parsing 'grpc-timeout' metadata", "Decompression failed"), which reads as ours,
+  and ignores a 9th digit; grpc.aio answers a message that does not parse UNKNOWN. Ours: a handler's exception
+  other than `abort` is UNKNOWN with "Unexpected <type>: <message>", grpc.aio's wording, logged with its traceback.
 - A stream the client resets cancels the handler's task; nothing more is sent.
 """
 
@@ -30,7 +40,6 @@ import binascii
 import contextlib
 import inspect
 import logging
-import time
 import urllib.parse
 import zlib
 from collections import deque
@@ -53,6 +62,7 @@ _RESPONSE_HEADERS = [(":status", "200"), ("content-type", "application/grpc"),
                      ("grpc-accept-encoding", ACCEPT_ENCODING)]  # fmt: skip
 REQUEST_WAIT = 0.1  # seconds an early status waits for the client's first message (see _run)
 QUEUED_BYTES = 1 << 20  # request bytes a call buffers ahead of its handler before the stream's window stops
+DEADLINE_EXCEEDED = (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
 
 class AbortError(Exception):
@@ -76,7 +86,7 @@ class Context:
 
     def time_remaining(self) -> float | None:
         deadline = self._call.deadline
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
+        return None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code
@@ -124,8 +134,9 @@ class Call:
     def __init__(self, server: Server, connection: Connection, stream: Stream) -> None:
         self.server, self.connection, self.stream = server, connection, stream
         self.path = ""
-        self.deadline: float | None = None
-        self.reset = self.finished = self._headers_sent = False
+        self.deadline: float | None = None  # on the event loop's clock (loop.time())
+        self.reset = self.finished = self._headers_sent = self._expired = False
+        self._refused: _Status | None = None  # the client's error, whatever the handler makes of it
         self._buffer = bytearray()
         self._messages: deque[bytes] = deque()
         self._queued = 0  # bytes of whole messages waiting for the handler
@@ -156,7 +167,10 @@ class Call:
             elif name == "content-type":
                 content_type = value
             elif name == "grpc-timeout":
-                self.deadline = _deadline(value)
+                try:
+                    self.deadline = asyncio.get_running_loop().time() + _timeout(value)
+                except _Status as malformed:
+                    self._refused = malformed
             elif name == "grpc-encoding":
                 self._encoding = value
             elif name not in RESERVED:
@@ -224,7 +238,10 @@ class Call:
             self._held = 0
         payload = self._decompress(raw) if raw[0] else raw[5:]
         assert self._deserialize is not None
-        return self._deserialize(payload)
+        try:
+            return self._deserialize(payload)
+        except Exception as exc:  # the client sent bytes that are not the method's request message
+            raise self._refuse(f"the request message is not {self.path}'s request: {_shortened(exc)}") from None
 
     async def _requests(self) -> AsyncIterator[Any]:
         while (message := await self.read()) is not grpc.aio.EOF:
@@ -249,32 +266,45 @@ class Call:
         try:
             payload = decompressor.decompress(memoryview(raw)[5:], limit + 1)
         except zlib.error as exc:
-            raise _Status(
-                grpc.StatusCode.INVALID_ARGUMENT, f"a {self._encoding} message that does not decompress: {exc}"
-            ) from None
+            raise self._refuse(f"a {self._encoding} message that does not decompress: {exc}") from None
         if len(payload) > limit:
             raise _Status(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max "
                           f"({len(payload)}+ vs. {limit}) after {self._encoding} decompression")  # fmt: skip
+        if not decompressor.eof:
+            raise self._refuse(f"a {self._encoding} message cut short: its compressed stream does not end; send the "
+                               "whole compressed message")  # fmt: skip
+        if decompressor.unused_data:
+            raise self._refuse(f"a {self._encoding} message with {len(decompressor.unused_data)} bytes after the end "
+                               "of its compressed data: send one compressed stream per message")  # fmt: skip
         return payload
+
+    def _refuse(self, details: str) -> _Status:
+        """The client's error (INVALID_ARGUMENT), kept so that the handler cannot answer it otherwise."""
+        self._refused = _Status(grpc.StatusCode.INVALID_ARGUMENT, details)
+        return self._refused
 
     # ---- running the handler -------------------------------------------------------------------------------------
 
     async def _run(self) -> None:
         timer = None
         if self.deadline is not None:
-            timer = asyncio.get_running_loop().call_at(_loop_time(self.deadline), self._expire)
+            timer = asyncio.get_running_loop().call_at(self.deadline, self._expire)
         try:
             code, details = await self._outcome()
         except asyncio.CancelledError:
             if self.reset:
                 return
-            if self.deadline is None or time.monotonic() < self.deadline:
+            if not self._expired:  # neither the client nor its deadline: the server is stopping
                 self._finish(grpc.StatusCode.UNAVAILABLE, "the server is shutting down: retry the call")
                 raise
-            code, details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+            code, details = DEADLINE_EXCEEDED
         finally:
             if timer is not None:
                 timer.cancel()
+        if self._refused is not None:  # whatever the handler made of the client's error
+            code, details = self._refused.code, self._refused.details
+        elif self._expired:  # whatever the handler did once cancelled, the deadline ended the call
+            code, details = DEADLINE_EXCEEDED
         if not self._ended and not self._messages and not self._buffer and not self.finished:
             # Answered before the client's first message arrived (an unknown method, a refused key, a handler
             # that needs no request): grpc's client fails its own pending send with INTERNAL if the status comes
@@ -285,6 +315,10 @@ class Call:
 
     async def _outcome(self) -> tuple[grpc.StatusCode, str]:
         """Run the handler: the status the call ends with (OK, the context's, or the error's)."""
+        if self._refused is not None:  # refused at its headers: the handler never runs
+            return self._refused.code, self._refused.details
+        if self.deadline is not None and self.deadline <= asyncio.get_running_loop().time():
+            return DEADLINE_EXCEEDED
         try:
             handler = await self.server.method_handler(self.path, self.metadata)
             if handler is None:
@@ -297,12 +331,24 @@ class Call:
             return self.context._code or grpc.StatusCode.UNKNOWN, self.context._details
         except _Status as status:
             return status.code, status.details
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # this call was cancelled: _run says why
+                raise
+            return self._failed(exc)  # the handler's own: a future it awaited was cancelled
         except Exception as exc:
-            code = self.context._code
-            if code is not None and code != grpc.StatusCode.OK:  # set_code, then raise: the code set stands
-                return code, self.context._details
-            log.exception("gRPC %s failed", self.path)
-            return grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"
+            return self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> tuple[grpc.StatusCode, str]:
+        """A handler's exception: UNKNOWN, logged with its traceback, unless the client's error or the deadline
+        (which _run answers) made it."""
+        if self._refused is not None or self._expired:
+            return grpc.StatusCode.UNKNOWN, ""
+        code = self.context._code
+        if code is not None and code != grpc.StatusCode.OK:  # set_code, then raise: the code set stands
+            return code, self.context._details
+        log.error("gRPC %s failed", self.path, exc_info=exc)
+        return grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"
 
     async def _call(self, handler: grpc.RpcMethodHandler) -> None:
         context = self.context
@@ -327,6 +373,7 @@ class Call:
 
     def _expire(self) -> None:
         if self._task is not None and not self.finished:
+            self._expired = True
             self._task.cancel()
 
     # ---- the answer ----------------------------------------------------------------------------------------------
@@ -388,17 +435,19 @@ async def _maybe_await(value: Awaitable[Any] | Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def _deadline(value: str) -> float | None:
-    """grpc-timeout: up to 8 digits and a unit (H, M, S, m, u, n) -> a time.monotonic() deadline."""
+def _timeout(value: str) -> float:
+    """grpc-timeout, 1 to 8 ASCII digits and a unit (H, M, S, m, u, n), in seconds; INVALID_ARGUMENT otherwise."""
     unit = _TIMEOUT_UNITS.get(value[-1:])
-    if unit is None or not value[:-1].isdigit() or len(value) > 9:
-        return None  # malformed: no deadline, as grpc-c treats it
-    return time.monotonic() + int(value[:-1]) * unit
+    digits = value[:-1]
+    if unit is None or not 1 <= len(digits) <= 8 or not (digits.isascii() and digits.isdigit()):
+        raise _Status(grpc.StatusCode.INVALID_ARGUMENT, f"grpc-timeout {value[:20]!r} is malformed: send 1 to 8 "
+                      "ASCII digits and a unit, one of H M S m u n (e.g. 200m)")  # fmt: skip
+    return int(digits) * unit
 
 
-def _loop_time(deadline: float) -> float:
-    loop = asyncio.get_running_loop()
-    return loop.time() + (deadline - time.monotonic())
+def _shortened(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _binary(value: str) -> bytes:
