@@ -40,6 +40,14 @@ MAX_STEPS = 256  # one request cannot hold the worker for minutes
 Target = int | Sequence[int] | None
 
 
+class TargetOutOfRange(InvalidInput):
+    """A target that is not one of the model's outputs; `outputs` says how many it has."""
+
+    def __init__(self, targets: list[int], outputs: int) -> None:
+        super().__init__(f"target {targets} is out of range for a model with {outputs} outputs")
+        self.outputs = outputs
+
+
 def integration_points(n_steps: int, method: str = "gausslegendre") -> tuple[np.ndarray, np.ndarray]:
     """(alphas, weights) in [0, 1] for `n_steps` points of `method`; the weights sum to 1."""
     if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
@@ -195,7 +203,7 @@ def _onehot(out: serve.Tensor, target: Target, n: int) -> np.ndarray:
     flat = int(np.prod(out.shape[1:])) if out.ndim > 1 else 1
     targets = np.zeros(n, dtype=np.int64) if target is None else np.broadcast_to(np.asarray(target, np.int64), (n,))
     if out.ndim > 1 and (targets.min() < 0 or targets.max() >= flat):
-        raise InvalidInput(f"target {targets.tolist()} is out of range for a model with {flat} outputs")
+        raise TargetOutOfRange(targets.tolist(), flat)
     mask = np.zeros((rows, flat), dtype=np.float32)
     mask[np.arange(rows), np.tile(targets, rows // n) if out.ndim > 1 else 0] = 1.0
     return mask

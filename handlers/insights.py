@@ -16,8 +16,10 @@
 
 The target class is the request's `target` field (a form field, or a key of a JSON body), 0 when absent, as in
 TorchServe; unlike TorchServe (which takes the first request's target for the whole batch) each request gets its
-own. Bounded: model-config `handler: {ig_steps: N}` (TorchServe's 15 for images, 50 for text; at most 256) and
-`ig_batch_size` (points per forward, default 16) keep one explanation from holding the worker for minutes.
+own, and a target that is not a class index or not one of the model's outputs is that request's 400 (TorchServe
+fails the batch). Bounded: model-config `handler: {ig_steps: N}` (TorchServe's 15 for images, 50 for text; at
+most 256) and `ig_batch_size` (points per forward, default 16) keep one explanation from holding the worker for
+minutes.
 
 Handlers whose model does not answer class scores (image_segmenter's dict, object_detector's list of
 detections) answer 501 with a message that says so, as does any handler without `get_insights`.
@@ -31,6 +33,7 @@ import numpy as np
 
 import serve
 from handlers.explanations import (
+    TargetOutOfRange,
     integrated_gradients,
     layer_integrated_gradients,
     repeat_bags,
@@ -40,24 +43,43 @@ from handlers.explanations import (
 )
 from handlers.text_input import decode_text
 from handlers.text_vocab import clean_text
-from serve.errors import PredictionException
+from serve.errors import InvalidInput, PredictionException
 
 DEFAULT_BATCH = 16  # interpolation points per forward
 MAX_BATCH = 4096
 
 
 def explain_rows(handler: Any, data_preprocess: Any, raw_data: list[Any]) -> list[Any]:
-    """`handler.get_insights` on the requests that decoded, each with its own target; [] when none did."""
+    """`handler.get_insights` on the requests that decoded, each with its own target; [] when none did. A target
+    that is not a class index, or not one of the model's outputs, is that request's 400: its batch-mates are
+    explained (after an out-of-range one, in a second pass with it at target 0, its answer dropped)."""
     if data_preprocess is None:
         return []
-    rows = good_rows(handler, raw_data)
-    targets = [row_target(row) for row in rows]
-    return list(handler.get_insights(data_preprocess, rows, targets))
-
-
-def good_rows(handler: Any, raw_data: list[Any]) -> list[Any]:
     errors = getattr(handler, "_row_errors", {})
-    return [row for i, row in enumerate(raw_data) if i not in errors]
+    indices = [i for i in range(len(raw_data)) if i not in errors]
+    rows = [raw_data[i] for i in indices]
+    targets: list[int] = []
+    refused: set[int] = set()  # positions in `rows`
+    for position, row in enumerate(rows):
+        try:
+            targets.append(row_target(row))
+        except InvalidInput as e:
+            handler.row_error(indices[position], 400, str(e))
+            refused.add(position)
+            targets.append(0)
+    if len(refused) == len(rows):
+        return []
+    try:
+        answers = list(handler.get_insights(data_preprocess, rows, targets))
+    except TargetOutOfRange as e:
+        for position, target in enumerate(targets):
+            if target >= e.outputs and position not in refused:
+                handler.row_error(indices[position], 400, f"target {target} is out of range for a model with "
+                                  f"{e.outputs} outputs: send a class index from 0 to {e.outputs - 1}")  # fmt: skip
+                refused.add(position)
+                targets[position] = 0
+        answers = list(handler.get_insights(data_preprocess, rows, targets)) if len(refused) < len(rows) else []
+    return [answer for position, answer in enumerate(answers) if position not in refused]
 
 
 def ig_settings(handler: Any, default_steps: int) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from handlers.image_classifier import ImageClassifier
 from handlers.image_segmenter import ImageSegmenter
 from handlers.insights import _summarize
 from serve import nn
-from serve.errors import InvalidInput, PredictionException
+from serve.errors import PredictionException
 from serve.worker import Context, load_handler
 from tests.helpers import needs_torch, torch
 from tests.unit.handlers.vision_helpers import png_bytes, vision_handler
@@ -251,12 +251,24 @@ def test_explanation_steps_come_from_the_model_config_and_are_bounded(tmp_path):
         vision_handler(ImageClassifier, model, tmp_path / "b", {"image_size": 9, "ig_steps": 300})
 
 
-def test_a_bad_target_is_a_400_naming_it(tmp_path):
-    handler, context = vision_handler(ImageClassifier, ToyNet(), tmp_path, {"image_size": 9})
-    with pytest.raises(InvalidInput, match="target 'cat' is not a class index"):
-        explain(handler, context, [{"body": png_bytes(9, 9), "target": "cat"}])
-    with pytest.raises(InvalidInput, match=r"target \[7\] is out of range for a model with 5 outputs"):
-        explain(handler, context, [{"body": png_bytes(9, 9), "target": 7}])
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("cat", "target 'cat' is not a class index"), (7, "target 7 is out of range for a model with 5 outputs")],
+)
+@pytest.mark.parametrize("position", [0, 2])
+def test_a_bad_target_is_a_400_naming_it_and_fails_alone(tmp_path, target, message, position):
+    model = ToyNet()
+    handler, context = vision_handler(ImageClassifier, model, tmp_path, {"image_size": 9, "mean": None, "std": None})
+    raws = [png_bytes(9, 9, seed=s) for s in range(3)]
+    rows = [{"body": raws[0], "target": "1"}, {"body": raws[1]}, {"body": raws[2], "target": "4"}]
+    rows[position] = {**rows[position], "target": target}
+    out = explain(handler, context, rows)
+    assert out[position]["code"] == 400 and message in out[position]["message"]
+    assert context.get_response_status(position)[0] == 400
+    kept = [i for i in range(3) if i != position]
+    batch = handler.preprocess([rows[i] for i in kept])
+    want, _ = integrated_gradients(model, batch, [[1, 0, 4][i] for i in kept], n_steps=15)
+    np.testing.assert_allclose(np.array([out[i] for i in kept]), want.numpy(), rtol=1e-6, atol=1e-9)
 
 
 class Segments(nn.Module):
