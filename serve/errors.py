@@ -67,5 +67,10 @@ class ModelLoadError(ServeError):
     """A model's handler failed to load; the message carries the handler's error."""
 
 
+class InvalidModel(ModelLoadError):
+    """A model failed to load because a file of its archive is refused (a checkpoint the safe loader rejects):
+    the archive's fault, not the server's."""
+
+
 class ConfigError(ServeError):
     """A configuration value is malformed; the message names the key and the value."""

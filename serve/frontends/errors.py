@@ -44,6 +44,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     errors.InvalidInput: (400, "BadRequestException"),
     errors.ArchiveError: (400, "InvalidModelException"),
     errors.CheckpointError: (400, "InvalidModelException"),
+    errors.InvalidModel: (400, "InvalidModelException"),
     errors.Unauthorized: (401, "InvalidKeyException"),
     errors.ModelNotFound: (404, "ModelNotFoundException"),
     errors.ModelApiDisabled: (405, "MethodNotAllowedException"),

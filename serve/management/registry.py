@@ -8,7 +8,9 @@
 
 Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its quirks:
 - A failed synchronous registration answers with the handler's own error and last traceback frames (pain point
-  5: TorchServe says "Worker died"), and the model is removed again, as in TorchServe.
+  5: TorchServe says "Worker died"), and the model is removed again, as in TorchServe. When the worker refused a
+  file of the archive (a hostile or corrupt checkpoint: CheckpointError) it is InvalidModel, a 400 like every
+  other archive problem, with the loader's message naming the file and no traceback.
 - Unregistering without a version removes the default version; while other versions exist that is refused with
   403, as TorchServe does. The version's queued and running requests are answered first (up to
   unregister_model_timeout; then 408 and the rest fail with 503).
@@ -161,9 +163,9 @@ class ModelRegistry:
             return "Processing worker updates..."
         try:
             await mv.pool.wait_ready(started, None)
-        except ModelLoadError as e:
+        except ModelLoadError as e:  # InvalidModel (a refused checkpoint) stays one: a 400
             await self._remove(name, version)
-            raise ModelLoadError(f"Failed to start workers for model {name} version: {version}: {e}") from None
+            raise type(e)(f"Failed to start workers for model {name} version: {version}: {e}") from None
         return f'Model "{name}" Version: {version} registered with {len(started)} initial workers'
 
     async def unregister(self, name: str, version: str | None = None) -> str:
@@ -198,7 +200,7 @@ class ModelRegistry:
                                  if not (s.stopping or s.ready.done() or s.ready in started)]  # fmt: skip
             ready = await mv.pool.wait_ready(loading, timeout if timeout is not None and timeout >= 0 else None)
         except ModelLoadError as e:
-            raise ModelLoadError(f"Failed to start workers for model {name} version: {mv.version}: {e}") from None
+            raise type(e)(f"Failed to start workers for model {name} version: {mv.version}: {e}") from None
         if not ready:
             return "Workers scaling in progress..."
         if low > 0 and mv.pool.live == 0:  # the workers kept from before are (re)starting or failed: none serves

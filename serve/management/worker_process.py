@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import serve
-from serve.errors import ModelLoadError, WorkerError
+from serve.errors import InvalidModel, ModelLoadError, WorkerError
 from serve.management.heartbeat import HeartbeatPipe
 from serve.management.spawn import SpawnedProcess, spawn
 from serve.worker.protocol import Message, ProtocolError, encode, read_message
@@ -148,6 +148,8 @@ class WorkerProcess:
             await self.wait_exit(5.0)
             frames = header.get("traceback") or ""
             detail = f"{header.get('error_type')}: {header.get('message')}"
+            if header.get("invalid_model"):  # a file of the archive was refused: its message says all (400)
+                raise self._load_error(detail, InvalidModel)
             raise self._load_error(detail + (f"\nTraceback (most recent call last):\n{frames}" if frames else ""))
         if header.get("type") != "ready":
             self.kill()
@@ -155,9 +157,9 @@ class WorkerProcess:
         optimization = header.get("optimization")
         self.optimization = optimization if isinstance(optimization, dict) else {}
 
-    def _load_error(self, detail: str) -> ModelLoadError:
+    def _load_error(self, detail: str, kind: type[ModelLoadError] = ModelLoadError) -> ModelLoadError:
         self.state = DEAD
-        return ModelLoadError(f"worker {self.id} could not load the model: {detail}")
+        return kind(f"worker {self.id} could not load the model: {detail}")
 
     async def send(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         """Write one message; WorkerError when the process is gone."""

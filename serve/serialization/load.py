@@ -30,7 +30,8 @@ def load(f: str | os.PathLike | IO[bytes], map_location: Any = None, weights_onl
     map_location: None (each storage back on its saved device), "cpu", "cuda", "cuda:N", a serve.device, a dict
     {saved_location: new_location} or a callable(storage, location) returning a storage or None, as in torch.load.
     mmap: map the file copy-on-write and view tensors in it instead of reading them (needs a path).
-    Raises CheckpointError for anything malformed or refused (a pickled class, code, inconsistent sizes).
+    Raises CheckpointError for anything malformed or refused (a pickled class, code, inconsistent sizes), its
+    message starting with the file's name when `f` is a path (the server answers it to whoever registered it).
     """
     if weights_only is False:
         raise ValueError(
@@ -39,7 +40,12 @@ def load(f: str | os.PathLike | IO[bytes], map_location: Any = None, weights_onl
         )
     place = placement(map_location)
     with open_source(f, bool(mmap)) as src:
-        return _read(src, place)
+        try:
+            return _read(src, place)
+        except CheckpointError as e:
+            if not isinstance(f, (str, os.PathLike)):
+                raise
+            raise CheckpointError(f"{os.path.basename(os.fspath(f))}: {e}") from None
 
 
 def _read(src: Source, place: Placement) -> Any:

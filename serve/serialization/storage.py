@@ -2,7 +2,8 @@
 
 A storage is one flat array of one dtype; a tensor is (storage, offset, size, stride) into it, all counted in
 elements. Tensors rebuilt from one storage are numpy views of one array, so tied weights stay tied. Every offset,
-size and stride is checked against the storage before a view is made.
+size and stride is checked against the storage before a view is made, and a view that repeats elements (zero
+strides) may claim at most MAX_REPEATED_BYTES.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ TORCH_DTYPES: dict[str, dtype] = {d.name: d for d in dtypes.ALL} | {
     "int": dtypes.int32, "short": dtypes.int16, "cfloat": dtypes.complex64, "cdouble": dtypes.complex128,
 }  # fmt: skip
 _MAX_DIM = 1 << 62
+# A view may repeat its storage's elements (zero strides, as torch saves an expanded tensor), but not to more than
+# this many bytes: a 100-byte file could otherwise hand out a tensor of terabytes that the first copy allocates.
+MAX_REPEATED_BYTES = 1 << 30
 _MAX_NDIM = 64  # numpy's limit; checked first, so a huge memoized size list costs nothing per tensor
 
 
@@ -122,6 +126,12 @@ def view_storage(storage: Any, offset: Any, size: Any, stride: Any, dt: dtype | 
         raise CheckpointError(
             f"a tensor of size {list(size)}, stride {list(stride)} at offset {offset} needs {extent} elements "
             f"but its storage {storage.key!r} has only {arr.shape[0]}"
+        )
+    if numel > extent - offset and numel * arr.itemsize > MAX_REPEATED_BYTES:
+        raise CheckpointError(
+            f"a tensor of size {list(size)}, stride {list(stride)} repeats {extent - offset} elements of its storage "
+            f"{storage.key!r} (zero strides) into {numel * arr.itemsize} bytes, more than the {MAX_REPEATED_BYTES} a "
+            "checkpoint's view may claim: save the tensor itself (t.contiguous()) instead of an expanded view"
         )
     if _is_contiguous(size, stride):
         return arr[offset : offset + numel].reshape(size)

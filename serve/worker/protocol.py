@@ -8,7 +8,7 @@ not base64'd into JSON); text and JSON values are described in the header (`pack
 
 Messages, by header "type":
     worker -> server   ready {pid, optimization}           the handler loaded (optimization: worker/optimizing.py)
-                       load_error {error_type, message, traceback}
+                       load_error {error_type, message, traceback, invalid_model}
                        chunk {id, responses}               a streamed part of batch `id` (a handler that yields)
                        result {id, responses | error, metrics, handler_ms}
     server -> worker   batch {id, kind, requests}          kind "predict" or "describe"

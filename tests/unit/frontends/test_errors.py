@@ -23,6 +23,7 @@ from serve.frontends.errors import grpc_code_for_status
         (errors.RequestTimeout("slow"), 504, "RequestTimeoutException", "DEADLINE_EXCEEDED"),
         (errors.WorkerError("died"), 500, "InternalServerException", "INTERNAL"),
         (errors.ModelLoadError("ImportError: no module x"), 500, "InternalServerException", "INTERNAL"),
+        (errors.InvalidModel("CheckpointError: lin.pt: refused"), 400, "InvalidModelException", "INVALID_ARGUMENT"),
         (errors.PredictionException("teapot", 418), 418, "InternalServerException", "FAILED_PRECONDITION"),
         (errors.PredictionException("custom", 599), 599, "InternalServerException", "INTERNAL"),
         (errors.PredictionException("not an error code", 200), 500, "InternalServerException", "INTERNAL"),

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from serve.errors import (
+    InvalidModel,
     ModelLoadError,
     ModelNotFound,
     ModelNotReady,
@@ -191,5 +192,45 @@ def test_streamed_results_and_customized_describe(tmp_path):
             await reg.register(described.name, initial_workers=1)
             [entry] = await reg.describe_custom("described", None)
             assert entry["modelName"] == "described" and entry["customizedMetadata"] == {"labels": ["cat", "dog"]}
+
+    run(scenario())
+
+
+# loads a file of the archive that is no checkpoint; WRAP: raises its own error from the CheckpointError
+REFUSED_CHECKPOINT_HANDLER = """
+import os
+import serve
+
+
+def handle(data, context):
+    if data is None:
+        path = os.path.join(context.system_properties["model_dir"], "weights.pt")
+        with open(path, "wb") as f:
+            f.write(b"not a checkpoint at all")
+        try:
+            serve.load(path)
+        except Exception as e:
+            if WRAP:
+                raise ValueError("cannot read the weights") from e
+            raise
+    return data
+"""
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_a_refused_checkpoint_is_an_invalid_model_naming_the_file_without_a_traceback(tmp_path, wrap):
+    root = model_dir(tmp_path, "refused", REFUSED_CHECKPOINT_HANDLER.replace("WRAP", str(wrap)))
+
+    async def scenario():
+        async with running(tmp_path) as reg:
+            with pytest.raises(InvalidModel) as e:
+                await reg.register(root.name, initial_workers=1)
+            text = str(e.value)
+            assert "Failed to start workers for model refused version: 1.0" in text
+            assert "weights.pt: not a checkpoint format serve reads" in text
+            assert ("ValueError: cannot read the weights (CheckpointError: weights.pt" in text) is wrap
+            assert "Traceback" not in text
+            with pytest.raises(ModelNotFound):
+                reg.describe("refused")
 
     run(scenario())

@@ -414,3 +414,26 @@ def test_random_corruption_never_escapes_as_another_error(tmp_path: Path) -> Non
             bad[i] = int(rng.integers(0, 256))
         with contextlib.suppress(CheckpointError):  # refused or loaded, but never another exception
             load_bytes(bytes(bad), tmp_path)
+
+
+def test_a_zero_stride_view_claiming_terabytes_is_refused(tmp_path: Path) -> None:
+    data = torch_zip(_storage_pickle(2, size=(10**6, 10**6), stride=(0, 0)), {"0": b"\x00" * 8})
+    with pytest.raises(CheckpointError, match=r"repeats 1 elements of its storage '0' \(zero strides\) into 4000000"):
+        load_bytes(data, tmp_path)
+
+
+def test_an_expanded_tensor_within_the_bound_still_loads(tmp_path: Path) -> None:
+    # torch.save(torch.ones(2).expand(3, 2)): a view repeating its storage, as torch writes an expanded tensor
+    loaded = load_bytes(
+        torch_zip(_storage_pickle(2, size=(3, 2), stride=(0, 1)), {"0": b"\x00\x00\x80?" * 2}), tmp_path
+    )
+    np.testing.assert_array_equal(loaded.numpy(), np.ones((3, 2), np.float32))
+
+
+def test_a_refusal_names_the_file_it_was_loaded_from(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=r"^weights\.bin: a tensor of size \[2, 2\]"):
+        load_bytes(
+            torch_zip(_storage_pickle(2, size=(2, 2), stride=(2, 1)), {"0": b"\x00" * 8}), tmp_path, "weights.bin"
+        )
+    with pytest.raises(CheckpointError, match=r"^the checkpoint file is empty"):  # a buffer has no name
+        serve.load(io.BytesIO(b""))
