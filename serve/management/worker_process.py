@@ -14,11 +14,11 @@ left at their defaults unless the model-config sets `torchrun: {OMP_NUMBER_THREA
 which sets OMP/OpenBLAS/MKL threads to n.
 
 Hung workers: the worker beats on a pipe of its own from a thread (serve/worker/heartbeat.py), during batches too.
-Once READY, a worker silent for `heartbeat_interval` x `heartbeat_misses` seconds (config `worker_heartbeat_interval`,
-`worker_heartbeat_misses`: 5 s x 4) is stopped, deadlocked or stuck in native code holding the GIL: it is killed,
-`lost_reason` says why, and the batch it held fails with that reason (WorkerError, "Worker died. ..."). A long
-batch keeps beating and is left to `response_timeout`. `ended_by` records who ended the process on purpose
-(unresponsive, response_timeout, memory), for the restart metric; None when it died on its own.
+Once READY (and while it stops), a worker silent for `heartbeat_interval` x `heartbeat_misses` seconds (config
+`worker_heartbeat_interval`, `worker_heartbeat_misses`: 5 s x 4) is stopped, deadlocked or stuck in native code
+holding the GIL: it is killed, `lost_reason` says why, and the batch it held fails with that reason (WorkerError,
+"Worker died. ..."). A long batch keeps beating and is left to `response_timeout`. `ended_by` records who ended
+the process on purpose (unresponsive, response_timeout, memory), for the restart metric; None when it died on its own.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import serve
 from serve.errors import InvalidModel, ModelLoadError, WorkerError
 from serve.management.heartbeat import HeartbeatPipe
 from serve.management.spawn import SpawnedProcess, spawn
-from serve.worker.protocol import Message, ProtocolError, encode, read_message
+from serve.worker.protocol import REENCODED_TEXT_RATIO, Message, ProtocolError, encode, read_message
 
 model_log = logging.getLogger("MODEL_LOG")
 TAIL_LINES = 20
@@ -174,7 +174,8 @@ class WorkerProcess:
 
     async def receive(self, timeout: float) -> Message:
         """The next message; TimeoutError after `timeout` s, WorkerError when the process died or garbled it."""
-        limit = self.spec.max_response_size * self.spec.batch_size + HANDSHAKE_BYTES
+        # a re-encoded (v1/v2) answer may be REENCODED_TEXT_RATIO times max_response_size as it travels here
+        limit = self.spec.max_response_size * REENCODED_TEXT_RATIO * self.spec.batch_size + HANDSHAKE_BYTES
         try:
             async with asyncio.timeout(timeout):
                 message = await read_message(self._stdout, limit)
@@ -277,20 +278,22 @@ class WorkerProcess:
             return False
 
     async def _watch_heartbeat(self, beat: HeartbeatPipe) -> None:
-        """Kill the worker once it has been silent for heartbeat_interval x heartbeat_misses s while READY."""
+        """Kill the worker once it has been silent for heartbeat_interval x heartbeat_misses s while READY (or
+        stopping: a hung worker would never finish its batch and exit)."""
         interval, misses = self.spec.heartbeat_interval, self.spec.heartbeat_misses
-        while self.state == READY and not self.exited.is_set():
+        while self.state in (READY, UNLOADING) and not self.exited.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self.exited.wait()
             silent = beat.silence()
-            if self.state != READY or self.exited.is_set() or silent <= interval * misses:
+            if self.exited.is_set() or silent <= interval * misses:
                 continue
+            then = "killed" if self.state == UNLOADING else "killed and a new worker is started"
             self.lost_reason = (
                 f"Worker {self.id} (pid {self.pid}) sent no heartbeat for {silent:.1f} s (worker_heartbeat_interval="
                 f"{interval:g}s x worker_heartbeat_misses={misses}): it was stopped (SIGSTOP), deadlocked or stuck in "
-                "native code holding the GIL, so it was killed and a new worker is started. A handler that holds the "
-                "GIL that long on purpose needs a larger worker_heartbeat_misses"
+                f"native code holding the GIL, so it was {then}. A handler that holds the GIL that long on purpose "
+                "needs a larger worker_heartbeat_misses"
             )  # fmt: skip
             self.kill("unresponsive")
             return

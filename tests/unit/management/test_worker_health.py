@@ -84,7 +84,8 @@ def test_a_stopped_worker_fails_its_batch_and_is_replaced(tmp_path: Path) -> Non
             await reg.register(root.name, initial_workers=1)
             first = _worker(reg)["pid"]
             held = asyncio.create_task(reg.submit("m", None, request("sleep:100")))
-            await _until("the batch reaching the worker", lambda: (root / "batches.txt").exists())
+            await _until("the batch reaching the worker", lambda: (root / "batches.txt").exists() or held.done())
+            assert not held.done(), held.result()  # (the result, or its error, says why it ended early)
             try:
                 os.kill(first, signal.SIGSTOP)
                 with pytest.raises(WorkerError, match="sent no heartbeat") as e:
