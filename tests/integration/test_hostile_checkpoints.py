@@ -57,12 +57,13 @@ def hostile_files(canary: Path) -> dict[str, tuple[str, bytes, str]]:
                "fc.bias": {"dtype": "F32", "shape": [3], "data_offsets": [40, 52]}}  # fmt: skip
     past_end = {"fc.weight": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]},
                 "fc.bias": {"dtype": "F32", "shape": [3], "data_offsets": [48, 60]}}  # fmt: skip
+    storages = {"0": b"\x00" * 8, "1": bias}
+    zero_stride = torch_zip(_state_dict(_view(2, (10**6, 10**6), (0, 0), "0")), storages)  # 3.6 TiB from 8 bytes
+    past_storage = torch_zip(_state_dict(_view(2, (3, 4), (4, 1), "0")), storages)
     return {
         "reduce": ("lin.pt", torch_zip(_state_dict(reduce), {"1": bias}), "refused to load global 'os.system'"),
-        "zero_stride": ("lin.pt", torch_zip(_state_dict(_view(2, (10**6, 10**6), (0, 0), "0")),
-                                            {"0": b"\x00" * 8, "1": bias}), "zero strides"),  # fmt: skip
-        "past_storage": ("lin.pt", torch_zip(_state_dict(_view(2, (3, 4), (4, 1), "0")), {"0": b"\x00" * 8, "1": bias}),
-                         "needs 12 elements but its storage '0' has only 2"),  # fmt: skip
+        "zero_stride": ("lin.pt", zero_stride, "zero strides"),
+        "past_storage": ("lin.pt", past_storage, "needs 12 elements but its storage '0' has only 2"),
         "overlap": ("lin.safetensors", safetensors_file(overlap, b"\x00" * 52), "would overlap"),
         "offset_out_of_range": ("lin.safetensors", safetensors_file(past_end, b"\x00" * 52), "safetensors"),
     }
