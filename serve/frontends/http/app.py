@@ -48,7 +48,7 @@ def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAu
                predictions.OPENAPI_PATHS, dataplane=dataplane, auth=auth)  # fmt: skip
     if settings.cors_allowed_origin:
         return app
-    return PredictionFastPath(app, settings.max_request_size, dataplane.metrics)
+    return PredictionFastPath(app, settings, dataplane, auth)
 
 
 def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:

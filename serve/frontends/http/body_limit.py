@@ -76,3 +76,24 @@ def limited(receive: Receive, limit: int) -> Receive:
         return message
 
     return receive_limited
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, read from `receive`; RequestTooLarge (after draining the rest) once it passes `limit`
+    bytes; None when the client went away."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body = message.get("body", b"")
+        size += len(body)
+        more = message.get("more_body", False)
+        if size > limit:
+            if more:
+                await drain(receive)
+            raise too_large(f"more than {limit}", limit)
+        parts.append(body)
+        if not more:
+            return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -35,14 +35,22 @@ class UnsupportedEncoding(InvalidInput):
 
 async def request_body(request: Request) -> bytes:
     """The request body, inflated when its `Content-Encoding` is gzip or deflate (see the module docstring)."""
-    body = await request.body()
-    coding = request.headers.get("content-encoding", "").strip().lower()
+    return decoded(
+        await request.body(), request.headers.get("content-encoding"), request.app.state.settings.max_request_size
+    )
+
+
+def decoded(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """`body` inflated by its `Content-Encoding` (None or identity: as it is), at most `limit` bytes."""
+    if not content_encoding:
+        return body
+    coding = content_encoding.strip().lower()
     if coding in ("", "identity"):
         return body
     if coding not in CODINGS:
         raise UnsupportedEncoding(f"Content-Encoding {coding!r} is not supported: send the body as gzip, deflate "
                                   "or uncompressed")  # fmt: skip
-    return inflate(body, coding, request.app.state.settings.max_request_size)
+    return inflate(body, coding, limit)
 
 
 def inflate(data: bytes, coding: str, limit: int) -> bytes:
@@ -98,9 +106,13 @@ def compress(response: Response, accept_encoding: str | None) -> Response:
     coding = accepted(accept_encoding)
     if coding is None or not getattr(response, "body", None) or "content-encoding" in response.headers:
         return response
-    compressor = zlib.compressobj(6, zlib.DEFLATED, _WBITS[coding])
-    response.body = compressor.compress(bytes(response.body)) + compressor.flush()
+    response.body = compressed(bytes(response.body), coding)
     response.headers["content-length"] = str(len(response.body))
     response.headers["content-encoding"] = coding
     response.headers["vary"] = "Accept-Encoding"
     return response
+
+
+def compressed(body: bytes, coding: str) -> bytes:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, _WBITS[coding])
+    return compressor.compress(body) + compressor.flush()

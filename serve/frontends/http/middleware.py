@@ -14,12 +14,11 @@ Decision: unlike TorchServe, an error answer does not close the connection (`con
 
 from __future__ import annotations
 
-import uuid
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve.frontends.http.body_limit import DRAIN_MAX_BYTES, content_length, drain, expects_continue, limited, too_large
 from serve.frontends.http.responses import error_response
+from serve.frontends.request_ids import new_request_id
 from serve.metrics import ServerMetrics
 
 NO_CACHE_HEADERS = (
@@ -42,10 +41,10 @@ class ServeHTTPMiddleware:
         path = scope["path"]
         if len(path) > 1 and path.endswith("/"):
             scope = {**scope, "path": path.rstrip("/") or "/"}
-        request_id = str(uuid.uuid4())
+        request_id = new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         started: list[bool] = []
-        send = self._sender(send, request_id, started)
+        send = answering(send, request_id, self.metrics, started)
         length = content_length(scope)
         if length is not None and length > self.limit:
             if not expects_continue(scope) and length <= DRAIN_MAX_BYTES:
@@ -59,16 +58,24 @@ class ServeHTTPMiddleware:
                 raise
             await error_response(exc)(scope, receive, send)
 
-    def _sender(self, send: Send, request_id: str, started: list[bool]) -> Send:
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started.append(True)
-                headers = list(message.get("headers", ()))
-                present = {name.lower() for name, _ in headers}
-                headers += [(k, v) for k, v in ((b"x-request-id", request_id.encode()), *NO_CACHE_HEADERS)
-                            if k not in present]  # fmt: skip
-                message = {**message, "headers": headers}
-                self.metrics.http_response(message["status"])
-            await send(message)
 
-        return send_with_headers
+def with_common_headers(headers: list[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
+    """`headers` and, where the handler did not set them, `x-request-id` and TorchServe's no-cache headers."""
+    present = {name.lower() for name, _ in headers}
+    return headers + [(k, v) for k, v in ((b"x-request-id", request_id.encode()), *NO_CACHE_HEADERS)
+                      if k not in present]  # fmt: skip
+
+
+def answering(send: Send, request_id: str, metrics: ServerMetrics, started: list[bool] | None = None) -> Send:
+    """`send` that adds the common headers to the response and counts it (Requests2XX/4XX/5XX); it appends to
+    `started` once the response has begun."""
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            if started is not None:
+                started.append(True)
+            message = {**message, "headers": with_common_headers(list(message.get("headers", ())), request_id)}
+            metrics.http_response(message["status"])
+        await send(message)
+
+    return send_with_headers

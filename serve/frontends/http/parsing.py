@@ -29,7 +29,14 @@ from serve.frontends.http.multipart import boundary_of, parse_multipart
 async def inference_request(request: Request, url_path: str = "", explain: bool = False,
                             decode: bool = True) -> InferenceRequest:  # fmt: skip
     body = await request_body(request)
-    content_type = request.headers.get("content-type", "")
+    return parse_request(body, dict(request.headers.items()), request.state.request_id, url_path, explain, decode)
+
+
+def parse_request(body: bytes, headers: dict[str, str], request_id: str, url_path: str = "", explain: bool = False,
+                  decode: bool = True) -> InferenceRequest:  # fmt: skip
+    """The request of an (already inflated) body and the request's headers (lower-case names; the dict becomes
+    the request's, with `url_path` and `explain` added)."""
+    content_type = headers.get("content-type", "")
     mime = mime_type(content_type)
     inputs: dict[str, Any] = {}
     content_types: dict[str, str] = {}
@@ -46,14 +53,6 @@ async def inference_request(request: Request, url_path: str = "", explain: bool 
         inputs["body"] = body
         if mime:
             content_types["body"] = mime
-    headers = dict(request.headers.items())
     headers["url_path"] = url_path
     headers["explain"] = str(explain)
-    return InferenceRequest(
-        request_id=request.state.request_id,
-        inputs=inputs,
-        content_types=content_types,
-        headers=headers,
-        explain=explain,
-        decode=decode,
-    )
+    return InferenceRequest(request_id, inputs, content_types, headers, explain, decode)
