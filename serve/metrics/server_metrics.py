@@ -99,6 +99,7 @@ class ServerMetrics:
         self._worker_memory = WorkerMemoryCollector(self.hostname)
         reg.register(self._worker_memory)
         self._request_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}  # (family, labels) -> child, see _child
         self._backend = BackendMetrics(reg, self.hostname)
         # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
         self._backend.adopt("HandlerTime", "gauge", ("ModelName", "Level", "Hostname"), self._handler_time)
@@ -138,18 +139,28 @@ class ServerMetrics:
             self._errors.labels(*key, self.hostname, str(status)).inc()
 
     def queue_latency(self, model: str, version: str, seconds: float) -> None:
-        self._queue_us.labels(model, version or "default", self.hostname).inc(seconds * 1e6)
-        self._queue_time.labels("Host", self.hostname).set(seconds * 1e3)
+        self._child(self._queue_us, model, version or "default", self.hostname).inc(seconds * 1e6)
+        self._child(self._queue_time, "Host", self.hostname).set(seconds * 1e3)
 
     def handler_time(self, model: str, version: str, ms: float) -> None:
         """TorchServe's HandlerTime carries no version label; `version` is accepted for a uniform call."""
-        self._handler_time.labels(model, "Model", self.hostname).set(ms)
+        self._child(self._handler_time, model, "Model", self.hostname).set(ms)
 
     def batch(self, model: str, version: str, size: int) -> None:
-        self._batch.labels(model, version or "default", self.hostname).observe(size)
+        self._child(self._batch, model, version or "default", self.hostname).observe(size)
 
     def queue_depth(self, model: str, version: str, depth: int) -> None:
-        self._queue_depth.labels(model, version or "default", self.hostname).set(depth)
+        self._child(self._queue_depth, model, version or "default", self.hostname).set(depth)
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        """`family.labels(*labels)`, looked up once: `.labels()` takes a lock and builds its key on every call, and
+        these are recorded for every request or batch. The label values are a registered model's name and version
+        (an unknown model records nothing), so the cache stays as small as the families."""
+        key = (family, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def workers(self, model: str, version: str, live: int, total: int) -> None:
         labels = (model, version or "default", self.hostname)
@@ -174,6 +185,7 @@ class ServerMetrics:
         self._queue_depth.remove(*labels)  # prometheus-client ignores label sets it does not hold
         for state in ("live", "total"):
             self._workers.remove(*labels, state)
+        self._children.clear()  # a removed child must not be set again: the next record makes a new one
         self._worker_memory.forget(model, version or "default")
 
     def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:

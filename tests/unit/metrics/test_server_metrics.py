@@ -122,3 +122,29 @@ def test_instances_are_independent():
     first.request("m", "1", 200, 0.1)
     assert "ts_inference_requests_total{" in _page(first)
     assert "ts_inference_requests_total{" not in _page(second)
+
+
+def test_per_request_and_per_batch_records_look_up_each_label_set_once(monkeypatch):
+    """`.labels()` takes a lock and builds a key: the hot path records through children looked up once."""
+    import prometheus_client.metrics
+
+    looked_up: list[tuple[str, ...]] = []
+    labels = prometheus_client.metrics.MetricWrapperBase.labels
+
+    def spy(self, *values, **named):
+        looked_up.append(values)
+        return labels(self, *values, **named)
+
+    metrics = ServerMetrics(hostname="h")
+    monkeypatch.setattr(prometheus_client.metrics.MetricWrapperBase, "labels", spy)
+    for _ in range(5):
+        metrics.http_response(200)
+        metrics.request("m", "1.0", 200, 0.001)
+        metrics.queue_latency("m", "1.0", 0.002)
+        metrics.queue_depth("m", "1.0", 3)
+        metrics.batch("m", "1.0", 8)
+        metrics.handler_time("m", "1.0", 1.5)
+    assert len(looked_up) == 8  # the 3 request children, queue latency (us and ms), depth, batch size, handler time
+    metrics.remove_model("m", "1.0")
+    metrics.queue_depth("m", "1.0", 4)  # a removed label set is made again, not set on a forgotten child
+    assert _value(_page(metrics), f"ts_queue_depth{{{MODEL}}}") == 4.0
