@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from serve.frontends.grpc.http2.connection import (
+from serve.frontends.grpc.http2.frames import (
     DATA,
     END_HEADERS,
     END_STREAM,

@@ -11,7 +11,8 @@ The server binds its REST sockets itself before uvicorn serves them, so a port 0
 grpc_*_port=0) takes a free port chosen by the system with no window in which another process can take it; the
 ports it got go to the log line "serve is up" and, when `ports_file` is set, to that file as JSON. Each REST
 listener runs uvicorn's httptools protocol with the connection limits of
-serve/frontends/http/connection_limits.py (header size and count, header-read timeout, idle connections).
+serve/frontends/http/connection_limits.py (header size and count, header-read timeout, idle connections). REST and
+gRPC connections count against one `max_connections` (serve/frontends/connections.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp
 
 from serve.config import Settings, parse_address
 from serve.errors import ConfigError
+from serve.frontends.connections import OpenConnections
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.server import bound_port, create_grpc_servers
 from serve.frontends.http.app import create_inference_app, create_management_app, create_metrics_app
@@ -51,15 +53,17 @@ class _Listener(uvicorn.Server):
         yield
 
 
-def _listener(app: ASGIApp, address: str, settings: Settings, key: str) -> tuple[_Listener, socket.socket]:
+def _listener(app: ASGIApp, address: str, settings: Settings, key: str,
+              connections: OpenConnections) -> tuple[_Listener, socket.socket]:  # fmt: skip
     """A uvicorn server for `app` and the socket it will serve, bound now (ConfigError when it cannot be)."""
     host, port, tls = parse_address(address)
     cert, keyfile = (settings.certificate_file, settings.private_key_file) if tls else (None, None)
     limits = ConnectionLimits(settings.max_header_line_size, settings.max_header_size, settings.max_header_count,
                               settings.header_read_timeout, settings.max_idle_connections)  # fmt: skip
+    protocol = limited_http_protocol(limits, connections)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off",
                             timeout_graceful_shutdown=GRACEFUL_SECONDS, ssl_certfile=cert, ssl_keyfile=keyfile,
-                            http=limited_http_protocol(limits), timeout_keep_alive=settings.keep_alive_timeout)  # type: ignore[arg-type]  # fmt: skip
+                            http=protocol, timeout_keep_alive=settings.keep_alive_timeout)  # type: ignore[arg-type]  # fmt: skip
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family, backlog=config.backlog)
@@ -80,9 +84,11 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     if settings.enable_metrics_api:
         apps["metrics"] = create_metrics_app(metrics, settings)
     bound: dict[str, tuple[_Listener, socket.socket]] = {}
+    connections = OpenConnections(settings.max_connections or None)  # REST's and gRPC's, under one cap
     try:
         for name, app in apps.items():
-            bound[name] = _listener(app, getattr(settings, f"{name}_address"), settings, f"{name}_address")
+            address = getattr(settings, f"{name}_address")
+            bound[name] = _listener(app, address, settings, f"{name}_address", connections)
     except ConfigError:
         for _, sock in bound.values():
             sock.close()
@@ -97,7 +103,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     tasks = [asyncio.create_task(listener.serve(sockets=[sock])) for listener, sock in bound.values()]
     grpc_servers: list = []
     try:
-        grpc_servers = create_grpc_servers(dataplane, settings, auth)  # a port it cannot bind: ConfigError
+        grpc_servers = create_grpc_servers(dataplane, settings, auth, connections)  # a port it cannot bind: ConfigError
         for grpc_server in grpc_servers:
             await grpc_server.start()
         ports.update(zip(("grpc_inference", "grpc_management"), map(bound_port, grpc_servers), strict=True))

@@ -65,6 +65,7 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "header_read_timeout": v.positive_float,
     "keep_alive_timeout": v.positive_float,
     "max_idle_connections": v.int_at_least(1),
+    "max_connections": v.int_at_least(0),
     "ports_file": v.optional_path,
     "max_extracted_bytes_total": v.int_at_least(1),
     "worker_memory_limit": v.int_at_least(0),

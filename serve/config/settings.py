@@ -108,6 +108,8 @@ class Settings:
     header_read_timeout: float = 10
     keep_alive_timeout: float = 5
     max_idle_connections: int = 1000
+    # client connections of the process, REST and gRPC together; 0: the soft RLIMIT_NOFILE less a reserve
+    max_connections: int = 0
     # where the server writes the ports it listens on as JSON once bound (None: nowhere); with port 0 in an address
     # or grpc_*_port the system picks a free port, and this file says which
     ports_file: Path | None = None

@@ -12,7 +12,11 @@ already serves the dataplane: HTTP/2 framing and HPACK in Python (serve/frontend
 loop turn written together. `grpc_server=grpcio` in config.properties selects grpc.aio instead.
 
 At most `max_idle_connections` (config.properties, as for REST) connections without a call in flight are kept;
-a new connection past that closes the one idle longest (GOAWAY, then close).
+a new connection past that closes the one idle longest (GOAWAY, then close), which stops counting as idle at once,
+so a burst of new connections closes as many old ones, not the same closing one again. Every connection also
+counts against the process's `max_connections` with the REST listeners' (serve/frontends/connections.py). Once a
+second the server gives each connection its `tick` (header and request-idle timeouts, http2/connection.py). All
+connections share one receive budget (`Limits.server_buffer_budget`).
 
 TLS: `add_secure_port` takes an `ssl.SSLContext` (server.py builds it from certificate_file and private_key_file)
 and offers ALPN "h2", which gRPC clients require.
@@ -24,15 +28,18 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
 
+from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.call import Call
-from serve.frontends.grpc.http2.connection import Connection, Limits, Stream
+from serve.frontends.grpc.http2.connection import Budget, Connection, Limits, Stream
 
 DEFAULT_MESSAGE_LIMIT = 4 * 1024 * 1024  # grpc's default receive limit
+TICK_SECONDS = 1.0  # how often each connection's time bounds are checked
 
 
 class HandlerCallDetails(NamedTuple):
@@ -46,11 +53,14 @@ class Server:
     def __init__(self, interceptors: Sequence[grpc.aio.ServerInterceptor] | None = None,
                  max_receive_message_length: int = DEFAULT_MESSAGE_LIMIT,
                  max_send_message_length: int = DEFAULT_MESSAGE_LIMIT,
-                 limits: Limits | None = None) -> None:  # fmt: skip
+                 limits: Limits | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
         self.interceptors = list(interceptors or ())
         self.max_receive_message_length = max_receive_message_length
         self.max_send_message_length = max_send_message_length
         self.limits = limits or Limits()
+        self.open_connections = connections or OpenConnections()  # the process's, shared with REST in server.py
+        self._budget = Budget()
+        self._ticker: asyncio.Task[None] | None = None
         self._registered: dict[str, grpc.RpcMethodHandler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
         self._sockets: list[tuple[socket.socket, ssl.SSLContext | None]] = []
@@ -78,11 +88,14 @@ class Server:
         loop = asyncio.get_running_loop()
         for sock, tls in self._sockets:
             self._servers.append(await loop.create_server(self._connection, sock=sock, ssl=tls, backlog=1024))
+        self._ticker = loop.create_task(self._tick())
 
     async def stop(self, grace: float | None) -> None:
         """Stop listening, let the calls in flight finish for up to `grace` seconds, then reset what is left."""
         for server in self._servers:
             server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
         connections = list(self._connections)
         for connection in connections:
             connection.goaway()
@@ -128,12 +141,14 @@ class Server:
         return self._lookup(details)
 
     def _connection(self) -> Connection:
-        connection = Connection(self._call, self.limits)
-        idle = [c for c in self._connections if c.idle_since is not None]
-        if len(idle) >= self.limits.max_idle_connections:  # as the REST listeners do: the one idle longest goes
-            oldest = min(idle, key=lambda c: c.idle_since or 0.0)
-            oldest.goaway()
-            oldest.abort()
+        connection = Connection(self._call, self.limits, self._budget, self.open_connections)
+        if len(self._connections) >= self.limits.max_idle_connections:  # else fewer are idle than the limit
+            idle = [c for c in self._connections if c.idle_since is not None]
+            if len(idle) >= self.limits.max_idle_connections:  # as the REST listeners do: the one idle longest goes
+                oldest = min(idle, key=lambda c: c.idle_since or 0.0)
+                self._connections.discard(oldest)  # closing: no longer one of the idle ones
+                oldest.goaway()
+                oldest.abort()
         self._connections.add(connection)
         asyncio.get_running_loop().create_task(self._forget_when_closed(connection))
         return connection
@@ -141,6 +156,13 @@ class Server:
     async def _forget_when_closed(self, connection: Connection) -> None:
         await connection.closed.wait()
         self._connections.discard(connection)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                connection.tick(now)
 
     def _call(self, connection: Connection, stream: Stream) -> Call:
         return Call(self, connection, stream)

@@ -30,6 +30,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from serve.errors import ConfigError
+from serve.frontends.connections import OpenConnections
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.auth import TokenInterceptor
 from serve.frontends.grpc.generated import (
@@ -64,8 +65,11 @@ def bound_port(server: GrpcServer) -> int:
     return _BOUND[server]
 
 
-def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> list[GrpcServer]:
-    inference = _server(settings, auth, INFERENCE)
+def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth,
+                        connections: OpenConnections | None = None) -> list[GrpcServer]:  # fmt: skip
+    """`connections`: the process's open connections (with the REST listeners'), for serve's own server."""
+    connections = connections or OpenConnections(settings.max_connections or None)
+    inference = _server(settings, auth, INFERENCE, connections)
     inference_pb2_grpc.add_InferenceAPIsServiceServicer_to_server(
         TorchServeInferenceServicer(dataplane, settings.decode_input_request), inference
     )
@@ -73,20 +77,22 @@ def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAut
     _add_health_and_reflection(inference, dataplane.ping, [INFERENCE_SERVICE, V2_SERVICE])
     _bind(inference, settings.grpc_inference_address, settings.grpc_inference_port, settings, "grpc_inference")
 
-    management = _server(settings, auth, MANAGEMENT)
+    management = _server(settings, auth, MANAGEMENT, connections)
     management_pb2_grpc.add_ManagementAPIsServiceServicer_to_server(TorchServeManagementServicer(dataplane), management)
     _add_health_and_reflection(management, lambda: True, [MANAGEMENT_SERVICE])
     _bind(management, settings.grpc_management_address, settings.grpc_management_port, settings, "grpc_management")
     return [inference, management]
 
 
-def _server(settings: Settings, auth: TokenAuth, kind: str) -> GrpcServer:
+def _server(settings: Settings, auth: TokenAuth, kind: str, connections: OpenConnections) -> GrpcServer:
     # an interceptor costs every rpc a coroutine: none when token auth is off (nothing to check)
     interceptors = [TokenInterceptor(auth, kind)] if auth.enabled else None
     if settings.grpc_server == "serve":
+        limits = Limits(max_idle_connections=settings.max_idle_connections,
+                        header_timeout=settings.header_read_timeout)  # fmt: skip
         return Server(interceptors, max_receive_message_length=settings.max_request_size,
-                      max_send_message_length=settings.max_response_size,
-                      limits=Limits(max_idle_connections=settings.max_idle_connections))  # fmt: skip
+                      max_send_message_length=settings.max_response_size, limits=limits,
+                      connections=connections)  # fmt: skip
     options = [("grpc.max_receive_message_length", settings.max_request_size),
                ("grpc.max_send_message_length", settings.max_response_size),
                ("grpc.so_reuseport", 0)]  # a port already taken fails loudly, as the REST listeners do  # fmt: skip

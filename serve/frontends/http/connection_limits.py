@@ -15,6 +15,10 @@ answers 400, not 431, and has no clock either. So `limited_http_protocol(limits)
   or idle between keep-alive requests); past that the one waiting longest is closed. Idle keep-alive connections
   are also closed after `keep_alive_timeout` seconds (uvicorn's own timer).
 
+Every connection also counts against the process's `max_connections`, with the gRPC servers' (serve/frontends/
+connections.py): one waiting for headers or idle between requests is quiet since it began waiting, and is the one
+evicted when a new connection finds the process at the cap; one running a request is never evicted.
+
 A refusal writes a TorchServe-style JSON error with `Connection: close`, half-closes the socket and reads and
 discards what the client is still sending for up to `DRAIN_SECONDS`, so the client reads the answer instead of a
 reset.
@@ -24,11 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from serve.frontends.connections import OpenConnections
 
 DRAIN_SECONDS = 2.0
 DRAIN_MAX_BYTES = 64 * 1024 * 1024
@@ -58,6 +65,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
     # this listener's connections not running a request, longest waiting first (a dict keeps insertion order)
     waiting: ClassVar[dict[LimitedHttpToolsProtocol, None]] = {}
+    # the process's connections, shared with the gRPC servers (uvicorn's own `connections` is another thing)
+    open_connections: ClassVar[OpenConnections | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -68,14 +77,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._refused: int | None = None
         self._discarded = 0
+        self._waiting_since: float | None = None
 
     # connection life
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.open_connections is not None and not self.open_connections.opened(self):
+            transport.close()  # every other connection is running a request: no room for one more
+            return
         self._start_headers()
         self._wait()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.open_connections is not None:
+            self.open_connections.closed(self)
         type(self).waiting.pop(self, None)
         self._cancel_header_timer()
         super().connection_lost(exc)
@@ -90,11 +105,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         waiting = type(self).waiting
         waiting.pop(self, None)
         waiting[self] = None
+        self._waiting_since = time.monotonic()
         while len(waiting) > self.limits.max_idle_connections:
-            oldest = next(iter(waiting))
-            waiting.pop(oldest)
-            oldest._cancel_header_timer()
-            oldest.transport.close()
+            next(iter(waiting)).evict()
+
+    def quiet_since(self) -> float | None:
+        """Since when it has waited for a request (None while it runs one): OpenConnections evicts the quietest."""
+        return self._waiting_since if self in type(self).waiting else None
+
+    def evict(self) -> None:
+        type(self).waiting.pop(self, None)
+        self._cancel_header_timer()
+        self.transport.close()
 
     # reading a request's headers
     def _start_headers(self) -> None:
@@ -201,6 +223,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def limited_http_protocol(limits: ConnectionLimits) -> type[LimitedHttpToolsProtocol]:
-    """A protocol class for one listener: its own limits and its own set of waiting connections."""
-    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits, "waiting": {}})
+def limited_http_protocol(limits: ConnectionLimits,
+                          connections: OpenConnections | None = None) -> type[LimitedHttpToolsProtocol]:  # fmt: skip
+    """A protocol class for one listener: its own limits and its own set of waiting connections, counted in the
+    process's `connections` when given."""
+    namespace = {"limits": limits, "waiting": {}, "open_connections": connections}
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), namespace)

@@ -1,22 +1,41 @@
 """One HTTP/2 server connection (RFC 9113) as an asyncio protocol: frames, streams and both ways of flow control.
 
-It knows nothing of gRPC. A request stream's header block, once whole, goes to `on_request(connection, stream)`,
-which returns the stream's `Listener`: its body arrives as `on_data(bytes)` and `on_end()`, a reset or a lost
-connection as `on_reset()`. The listener answers with `send_headers`, `send_data` and `send_trailers`, and says
-with `consumed(stream, n)` when it has taken n body bytes off the stream, which opens the stream's window again,
-and with `buffered(stream, n)` how many of those bytes it still holds (a message not yet whole, messages its
-handler has not read).
+It knows nothing of gRPC. A request stream's header block, once whole and well formed, goes to
+`on_request(connection, stream)`, which returns the stream's `Listener`: its body arrives as `on_data(bytes)` and
+`on_end()`, a reset or a lost connection as `on_reset()`. The listener answers with `send_headers`, `send_data`
+and `send_trailers`, says with `consumed(stream, n)` when it has taken n body bytes off the stream, which opens the
+stream's window again, with `buffered(stream, n)` how many of those bytes it still holds (a message not yet
+whole, messages its handler has not read), and sets `stream.may_idle` while the stream may rightly go quiet (a
+streaming call between two messages).
 
 Decisions, and why:
-- Receiving: each stream may have `stream_window` bytes unconsumed (256 KiB), the connection `connection_window`
-  (16 MiB), so a client that sends faster than its calls read is held back by its own window, not by our memory.
-  The connection window is given back as soon as a DATA frame is read; a stream's when its listener consumes the
-  bytes, in WINDOW_UPDATEs of at least half a window. A listener consumes a message's bytes as they come (a
-  message may be larger than the window), so what its calls buffer is bounded per connection: past
-  `buffer_budget` bytes buffered by all its streams together, a stream's window is given back only to the
-  connection's leader (the first stream that buffered, until it holds nothing), the others wait. The leader always
-  advances, so a connection never stalls on its own budget, and a connection holds at most about the budget,
-  one message and its streams' windows (256 x 256 KiB), whatever its client sends.
+- Receiving is bounded by what we advertise, whatever the client sends. DATA beyond a stream's or the
+  connection's window is a connection error FLOW_CONTROL_ERROR (6.9.1). A stream starts with a 64 KiB window
+  (SETTINGS_INITIAL_WINDOW_SIZE) that grows to `stream_window` (256 KiB) with its first WINDOW_UPDATE; windows are
+  given back as the listener consumes bytes, in updates of at least half a window. The connection's window
+  (`connection_window`) is given back as frames are read: the streams' windows are what bound memory.
+- A listener consumes a message's bytes as they come (a message may be larger than the window), so what its calls
+  buffer is bounded by a budget: past `buffer_budget` bytes held by a connection's streams, or past
+  `server_buffer_budget` held by all connections of the server together, a stream's window is given back only to
+  its connection's leader (the first stream that buffered, until it holds nothing); the others wait. The leader
+  always advances, so no connection stalls on the budget. A connection thus holds at most about its budget, one
+  message and its streams' initial windows (256 x 64 KiB), and the server about its budget plus a message and
+  the initial windows per connection.
+- Time bounds (`tick`, called every second by the server): a header block (HEADERS and its CONTINUATIONs) must be
+  whole within `header_timeout` of its first byte (a block trickled byte by byte held a connection for ever); a
+  stream whose request is unfinished, and that may not idle, must receive DATA at least every
+  `request_idle_timeout`, else it is reset (CANCEL). A connection that has not sent HTTP/2's preface within
+  PREFACE_SECONDS is closed.
+- Floods (flood.py): frames that do no work (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, empty DATA and
+  CONTINUATION, unknown types) beyond an allowance per second, and streams reset or failed beyond
+  RESETS_PER_SECOND, end the connection with ENHANCE_YOUR_CALM. While the transport cannot take what we write
+  (its buffer is above the high-water mark: a client that sends PINGs and reads no acknowledgements), we stop
+  reading from it. At most FRAMES_PER_TURN frames are handled per turn of the event loop; the rest wait for the
+  next turn with reading paused, so one connection cannot hold the loop that every other client shares.
+- Malformed requests (section 8: request_headers.py) and frames that break a stream's state are stream errors;
+  frames that break the connection's state are connection errors, each with the code the RFC names (5.1, 6.x).
+  Frames for a stream we reset are ignored for as long as we remember it (the last RECENT_RESETS streams), as the
+  RFC allows; DATA for a stream closed otherwise is STREAM_CLOSED.
 - Sending: a stream's DATA waits, in order, for the peer's stream and connection windows; trailers follow the last
   of it. A writer of many messages awaits `connection.drained(stream)`, which holds it while the socket's buffer
   is full or more than PENDING_BYTES of the stream's DATA wait for window: a client that stops reading a stream
@@ -24,14 +43,8 @@ Decisions, and why:
 - What a connection writes in one turn of the event loop goes out in one `transport.write`, so 32 answers that
   complete together cost one system call, not 32.
 - Header blocks are encoded without indexing or Huffman coding (see hpack.py) and split into CONTINUATION frames
-  at the peer's frame size. Server push is never used. Priority is read and ignored (RFC 9113 deprecates it).
-- A connection that has not sent HTTP/2's preface within PREFACE_SECONDS is closed, so idle sockets that never
-  speak cannot pile up.
-- A client that resets more than RESETS_PER_SECOND of its own streams in one second ("rapid reset") is ended
-  with ENHANCE_YOUR_CALM: each reset stream cost us a call.
-- A frame that breaks the protocol for one stream resets that stream (RST_STREAM); one that breaks it for the
-  connection (a bad preface, a bad header block, a frame too large, a flow-control overflow) ends the connection
-  with GOAWAY saying why. Frames for streams we already closed are ignored, as the RFC allows after RST_STREAM.
+  at the peer's frame size. Server push is never used. Priority is checked for self-dependency and otherwise
+  ignored (RFC 9113 deprecates it).
 """
 
 from __future__ import annotations
@@ -44,26 +57,49 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.http2 import errors
 from serve.frontends.grpc.http2.errors import ConnectionError, Http2Error, StreamError
+from serve.frontends.grpc.http2.flood import FloodGuard
+from serve.frontends.grpc.http2.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_SIZE,
+    GOAWAY,
+    HEAD,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_HEADER_LIST_SIZE,
+    MAX_WINDOW,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    head,
+    unpad,
+)
 from serve.frontends.grpc.http2.hpack import Decoder, encode
+from serve.frontends.grpc.http2.request_headers import Malformed, check_request, check_trailers, content_length
 
 log = logging.getLogger(__name__)
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = (
-    range(1, 7)
-)
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65535
-FRAME_SIZE = 16384  # the frame size we accept (the RFC's default): no frame of ours or a client's needs more
 PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer is held
-RESETS_PER_SECOND = 200  # streams a client may reset per second before the connection is ended
 PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
-_HEAD = struct.Struct(">BHBBI")  # length (24 bits as byte + short), type, flags, stream id
+FRAMES_PER_TURN = 512  # frames handled per turn of the event loop before the connection yields
+RECENT_RESETS = 256  # streams we reset whose late frames are still ignored
+INITIAL_STREAM_WINDOW = DEFAULT_WINDOW  # a new stream's window, before its first WINDOW_UPDATE grows it
+SELF_DEPENDENT = 0x100  # beside a header block's HEADERS flags: its priority names its own stream
 
 
 @dataclass(frozen=True)
@@ -71,9 +107,21 @@ class Limits:
     max_concurrent_streams: int = 256
     stream_window: int = 256 << 10
     connection_window: int = 16 << 20
-    buffer_budget: int = 32 << 20  # bytes all streams' listeners may buffer before only the leader's window opens
+    buffer_budget: int = 32 << 20  # bytes a connection's listeners may buffer before only the leader's window opens
+    server_buffer_budget: int = 256 << 20  # the same for all connections of a server together
     max_idle_connections: int = 1000  # per server (native.Server): past it, the one idle longest is closed
     max_header_list_size: int = 16384
+    header_timeout: float = 10.0  # seconds from a header block's first byte to its end
+    request_idle_timeout: float = 30.0  # seconds an unfinished request that may not idle may go without DATA
+
+
+class Budget:
+    """Body bytes held by the listeners of every connection of one server, against `server_buffer_budget`."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = 0
 
 
 class Listener(Protocol):
@@ -85,14 +133,17 @@ class Listener(Protocol):
 class Stream:
     """One request stream: its headers, and what is owed to and from it."""
 
-    __slots__ = ("buffered", "headers", "held", "id", "listener", "local_closed", "pending", "remote_closed",
-                 "send_window", "sent", "trailers", "unacknowledged")  # fmt: skip
+    __slots__ = ("buffered", "expected", "grown", "headers", "held", "id", "last_data", "listener", "local_closed",
+                 "may_idle", "pending", "received", "recv_window", "remote_closed", "send_window", "sent",
+                 "trailers", "unacknowledged")  # fmt: skip
 
-    def __init__(self, stream_id: int, headers: list[tuple[str, str]], send_window: int) -> None:
+    def __init__(self, stream_id: int, headers: list[tuple[str, str]], send_window: int, now: float) -> None:
         self.id = stream_id
         self.headers = headers
         self.listener: Listener | None = None
         self.send_window = send_window
+        self.recv_window = INITIAL_STREAM_WINDOW  # what the client may still send on it
+        self.grown = False  # its window has grown to Limits.stream_window
         self.pending = bytearray()  # DATA payload waiting for window
         self.trailers: bytes | None = None  # a trailer block waiting for `pending` to go
         self.remote_closed = False
@@ -100,13 +151,20 @@ class Stream:
         self.unacknowledged = 0  # bytes consumed that no WINDOW_UPDATE has given back yet
         self.sent: asyncio.Event | None = None  # set when `pending` falls under PENDING_BYTES (made when awaited)
         self.buffered = 0  # body bytes its listener holds (what it said last)
-        self.held = 0  # bytes consumed but not given back to its window: the connection's budget is spent
+        self.held = 0  # bytes consumed but not given back to its window: the budget is spent
+        self.last_data = now  # when its request last made progress
+        self.may_idle = False  # set by the listener while the request may rightly go quiet
+        self.expected: int | None = None  # the request's content-length, when it declared one
+        self.received = 0  # body bytes received
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, on_request: Callable[[Connection, Stream], Listener], limits: Limits | None = None) -> None:
+    def __init__(self, on_request: Callable[[Connection, Stream], Listener], limits: Limits | None = None,
+                 budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
         self.on_request = on_request
         self.limits = limits or Limits()
+        self.budget = budget or Budget()
+        self.connections = connections  # the process's connections, which this one joins
         self.streams: dict[int, Stream] = {}
         self.last_stream_id = 0
         self.decoder = Decoder()
@@ -115,33 +173,41 @@ class Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._preface_seen = False
         self._header_block: tuple[int, int, bytearray] | None = None  # (stream id, HEADERS flags, fragments)
+        self._header_started: float | None = None  # when the header block or frame being read began
         self._peer_window = DEFAULT_WINDOW  # what the peer lets us send, connection-wide
         self._peer_initial_window = DEFAULT_WINDOW
         self._peer_frame_size = FRAME_SIZE
+        self._recv_window = self.limits.connection_window  # what the peer may still send, connection-wide
         self._received_unacknowledged = 0
         self._buffered = 0  # sum of the streams' `buffered`
         self._leader: Stream | None = None  # the stream whose window always opens (see the module docstring)
         self._holding: dict[int, Stream] = {}  # streams with `held` bytes, in the order they were held
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window, in the order they blocked
+        self._reset_ids: dict[int, None] = {}  # the last RECENT_RESETS streams we reset, oldest first
         self._out = bytearray()
         self._flush_scheduled = False
         self._writable = asyncio.Event()
         self._writable.set()
+        self._paused = set[str]()  # why reading is paused: "write" (the transport is full), "turn" (frames left)
         self._draining = False
         self._preface_timer: asyncio.TimerHandle | None = None
-        self._resets, self._reset_window_start = 0, 0.0
+        self.flood = FloodGuard()
         self.closed = asyncio.Event()
         self.idle_since: float | None = time.monotonic()  # None while a stream is open
+        self.active_at = self.idle_since  # when a request last made progress (for eviction)
 
     # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+        if self.connections is not None and not self.connections.opened(self):
+            transport.close()  # every other connection is serving a request: no room for one more
+            return
         peer = transport.get_extra_info("peername")
         self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if peer and ":" in str(peer[0]) else f"ipv4:{peer[0]}:{peer[1]}"
         limits = self.limits
         settings = [(MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-                    (INITIAL_WINDOW_SIZE, limits.stream_window),
+                    (INITIAL_WINDOW_SIZE, INITIAL_STREAM_WINDOW),
                     (MAX_HEADER_LIST_SIZE, limits.max_header_list_size), (ENABLE_PUSH, 0)]  # fmt: skip
         self._frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
         self._frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", limits.connection_window - DEFAULT_WINDOW))
@@ -154,26 +220,27 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
-        try:
-            self._read_frames()
-        except ConnectionError as exc:
-            self._fail(exc)
-        self._flush()
+        self._read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None  # nothing more is written
+        if self.connections is not None:
+            self.connections.closed(self)
         if self._preface_timer is not None:
             self._preface_timer.cancel()
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
+        self._buffer = bytearray()  # a large read buffer goes back now, not when the last reference does
         self._writable.set()
         self.closed.set()
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        self._pause_reading("write")
 
     def resume_writing(self) -> None:
         self._writable.set()
+        self._resume_reading("write")
 
     # ---- what listeners call -------------------------------------------------------------------------------------
 
@@ -208,15 +275,15 @@ class Connection(asyncio.Protocol):
 
     def reset(self, stream: Stream, code: int = errors.CANCEL) -> None:
         if stream.id in self.streams:
-            self._frame(RST_STREAM, 0, stream.id, struct.pack(">I", code))
+            self._send_reset(stream.id, code)
             self._forget(stream, notify=False)
 
     def consumed(self, stream: Stream, count: int) -> None:
         """The listener took `count` body bytes: give them back to the peer's window once half a window is owed, or
-        hold them while the connection's buffer budget is spent and the stream is not the leader."""
+        hold them while the budget is spent and the stream is not the leader."""
         if stream.remote_closed or stream.id not in self.streams:
             return
-        if self._buffered > self.limits.buffer_budget and stream is not self._leader:
+        if self._over_budget() and stream is not self._leader:
             stream.held += count
             self._holding[stream.id] = stream
             return
@@ -224,7 +291,9 @@ class Connection(asyncio.Protocol):
 
     def buffered(self, stream: Stream, count: int) -> None:
         """The listener now holds `count` body bytes of the stream (0: none)."""
-        self._buffered += count - stream.buffered
+        change = count - stream.buffered
+        self._buffered += change
+        self.budget.held += change
         stream.buffered = count
         if count and self._leader is None:
             self._leader = stream
@@ -233,12 +302,16 @@ class Connection(asyncio.Protocol):
         if self._holding:
             self._release()
 
+    def _over_budget(self) -> bool:
+        limits = self.limits
+        return self._buffered > limits.buffer_budget or self.budget.held > limits.server_buffer_budget
+
     def _release(self) -> None:
         """Give held bytes back to their windows while the budget allows; a new leader's always."""
         if self._leader is None:  # the first held stream that buffers: it can always finish its message
             self._leader = next((s for s in self._holding.values() if s.buffered), None)
         for stream in list(self._holding.values()):
-            if self._buffered > self.limits.buffer_budget and stream is not self._leader:
+            if self._over_budget() and stream is not self._leader:
                 continue
             del self._holding[stream.id]
             held, stream.held = stream.held, 0
@@ -248,10 +321,14 @@ class Connection(asyncio.Protocol):
         if stream.remote_closed or stream.id not in self.streams:
             return
         stream.unacknowledged += count
-        if stream.unacknowledged >= self.limits.stream_window // 2:
-            self._frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacknowledged))
-            stream.unacknowledged = 0
-            self._schedule_flush()
+        if stream.unacknowledged < (self.limits.stream_window if stream.grown else INITIAL_STREAM_WINDOW) // 2:
+            return
+        if not stream.grown and not self._over_budget():  # its first update grows its window to stream_window
+            stream.grown = True
+            stream.unacknowledged += self.limits.stream_window - INITIAL_STREAM_WINDOW
+        stream.recv_window += stream.unacknowledged
+        self._frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacknowledged))
+        stream.unacknowledged = 0
 
     async def drained(self, stream: Stream) -> None:
         """Return once the transport's buffer is below its high-water mark and under PENDING_BYTES of the stream's
@@ -272,8 +349,14 @@ class Connection(asyncio.Protocol):
         self._flush()
         self._close_if_done()
 
+    def evict(self) -> None:
+        """Close now, the server needs the descriptor: GOAWAY, then reset what is in flight."""
+        log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
+        self.goaway()
+        self.abort()
+
     def abort(self) -> None:
-        """Reset every stream and close now (the grace period ran out)."""
+        """Reset every stream and close now (the grace period ran out, or the connection is evicted)."""
         for stream in list(self.streams.values()):
             self.reset(stream)
             if stream.listener is not None:
@@ -282,25 +365,79 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    # ---- time bounds ---------------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Called about every second: end what has waited past its time bound (see the module docstring)."""
+        limits = self.limits
+        if self._header_started is not None and now - self._header_started > limits.header_timeout:
+            self._fail(ConnectionError(f"a header block not finished within {limits.header_timeout:g} s",
+                                       errors.NO_ERROR))  # fmt: skip
+            return
+        for stream in list(self.streams.values()):
+            if (not stream.remote_closed and not stream.may_idle
+                    and now - stream.last_data > limits.request_idle_timeout):  # fmt: skip
+                self._stream_failed(StreamError(stream.id, f"no request data for {limits.request_idle_timeout:g} s",
+                                                errors.CANCEL), count=False)  # fmt: skip
+        self._flush()
+
+    def quiet_since(self) -> float | None:
+        """Since when the connection has done nothing for its client, or None while it serves a request (a stream
+        whose request is whole and whose answer is not): the server evicts the quietest when it has too many."""
+        if self.idle_since is not None:
+            return self.idle_since
+        if any(stream.remote_closed for stream in self.streams.values()):
+            return None
+        return self.active_at
+
     # ---- reading -------------------------------------------------------------------------------------------------
 
-    def _read_frames(self) -> None:
+    def _read(self) -> None:
+        try:
+            more = self._read_frames()
+        except ConnectionError as exc:
+            self._fail(exc)
+            return
+        if more:  # frames left for the next turn: read nothing new meanwhile
+            self._pause_reading("turn")
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        self._flush()
+
+    def _next_turn(self) -> None:
+        self._resume_reading("turn")
+        if self.transport is not None:
+            self._read()
+
+    def _pause_reading(self, why: str) -> None:
+        if not self._paused and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self._paused.add(why)
+
+    def _resume_reading(self, why: str) -> None:
+        self._paused.discard(why)
+        if not self._paused and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _read_frames(self) -> bool:
+        """Handle the whole frames in the buffer, at most FRAMES_PER_TURN: True when some are left for next turn."""
         buffer = self._buffer
         if not self._preface_seen:
             if len(buffer) < len(PREFACE):
                 if not PREFACE.startswith(bytes(buffer)):
                     raise ConnectionError("not an HTTP/2 connection preface: this port speaks gRPC (HTTP/2)")
-                return
+                return False
             if buffer[: len(PREFACE)] != PREFACE:
                 raise ConnectionError("not an HTTP/2 connection preface: this port speaks gRPC (HTTP/2)")
             del buffer[: len(PREFACE)]
             self._preface_seen = True
             if self._preface_timer is not None:
                 self._preface_timer.cancel()
-        pos = 0
+        pos = frames = 0
         try:
             while len(buffer) - pos >= 9:
-                high, low, kind, flags, stream_id = _HEAD.unpack_from(buffer, pos)
+                if frames == FRAMES_PER_TURN:
+                    return True
+                high, low, kind, flags, stream_id = HEAD.unpack_from(buffer, pos)
                 length = (high << 16) | low
                 if length > FRAME_SIZE:
                     raise ConnectionError(f"a frame of {length} bytes, above SETTINGS_MAX_FRAME_SIZE {FRAME_SIZE}",
@@ -309,95 +446,119 @@ class Connection(asyncio.Protocol):
                     break
                 payload = bytes(buffer[pos + 9 : pos + 9 + length])
                 pos += 9 + length
-                stream_id &= MAX_WINDOW
-                try:
-                    self._frame_received(kind, flags, stream_id, payload)
-                except StreamError as exc:
-                    self._stream_failed(exc)
-                except ConnectionError:
-                    raise
-                except Exception as exc:  # a fault of ours on one stream (its listener): that stream only
-                    log.exception("HTTP/2 frame of type %d on stream %d failed", kind, stream_id)
-                    if not stream_id:
-                        raise ConnectionError(f"internal error: {exc}", errors.INTERNAL_ERROR) from exc
-                    self._stream_failed(StreamError(stream_id, f"internal error: {exc}", errors.INTERNAL_ERROR))
+                frames += 1
+                self._frame_received(kind, flags, stream_id & MAX_WINDOW, payload)
         finally:
             del buffer[:pos]
+            self._note_partial(buffer)
+        return False
+
+    def _note_partial(self, buffer: bytearray) -> None:
+        """Start the header clock when a header block or a frame other than DATA is incomplete; stop it when not."""
+        partial = self._header_block is not None or (len(buffer) > 0 and (len(buffer) < 4 or buffer[3] != DATA))
+        if not partial:
+            self._header_started = None
+        elif self._header_started is None:
+            self._header_started = time.monotonic()
 
     def _frame_received(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if self._header_block is not None and (kind != CONTINUATION or stream_id != self._header_block[0]):
-            raise ConnectionError("a header block was interrupted by another frame before END_HEADERS")
-        if kind == DATA:
-            self._data(flags, stream_id, payload)
-        elif kind == HEADERS:
-            self._headers(flags, stream_id, payload)
-        elif kind == CONTINUATION:
-            self._continuation(flags, stream_id, payload)
-        elif kind == SETTINGS:
-            self._settings(flags, stream_id, payload)
-        elif kind == WINDOW_UPDATE:
-            self._window_update(stream_id, payload)
-        elif kind == PING:
-            if stream_id or len(payload) != 8:
-                raise ConnectionError("a PING frame must be 8 bytes on stream 0", errors.FRAME_SIZE_ERROR)
-            if not flags & ACK:
-                self._frame(PING, ACK, 0, payload)
-        elif kind == RST_STREAM:
-            if len(payload) != 4 or not stream_id:
-                raise ConnectionError("RST_STREAM must be 4 bytes on a stream", errors.FRAME_SIZE_ERROR)
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                self._count_reset()
-                self._forget(stream, notify=True)
-        elif kind == GOAWAY:
-            self._draining = True
-            self._close_if_done()
-        elif kind == PRIORITY:
-            if len(payload) != 5:
-                raise StreamError(stream_id, "a PRIORITY frame must be 5 bytes", errors.FRAME_SIZE_ERROR)
-        elif kind == PUSH_PROMISE:
-            raise ConnectionError("a client must not send PUSH_PROMISE")
-        # any other type is an extension we do not know: ignored, as the RFC says
+        try:
+            if self._header_block is not None and (kind != CONTINUATION or stream_id != self._header_block[0]):
+                raise ConnectionError("a header block was interrupted by another frame before END_HEADERS")
+            if kind == DATA:
+                self._data(flags, stream_id, payload)
+            elif kind == HEADERS:
+                self._headers(flags, stream_id, payload)
+            elif kind == CONTINUATION:
+                self._continuation(flags, stream_id, payload)
+            elif kind == SETTINGS:
+                self._settings(flags, stream_id, payload)
+            elif kind == WINDOW_UPDATE:
+                self._window_update(stream_id, payload)
+            elif kind == PING:
+                self._ping(flags, stream_id, payload)
+            elif kind == RST_STREAM:
+                self._rst_stream(stream_id, payload)
+            elif kind == GOAWAY:
+                self._goaway(stream_id, payload)
+            elif kind == PRIORITY:
+                self._priority(stream_id, payload)
+            elif kind == PUSH_PROMISE:
+                raise ConnectionError("a client must not send PUSH_PROMISE")
+            else:  # an extension we do not know: ignored, as the RFC says, and counted
+                self.flood.idle_frame(f"a frame of unknown type {kind}")
+        except StreamError as exc:
+            self._stream_failed(exc)
+        except ConnectionError:
+            raise
+        except Exception as exc:  # a fault of ours on one stream (its listener): that stream only
+            log.exception("HTTP/2 frame of type %d on stream %d failed", kind, stream_id)
+            if not stream_id:
+                raise ConnectionError(f"internal error: {exc}", errors.INTERNAL_ERROR) from exc
+            self._stream_failed(StreamError(stream_id, f"internal error: {exc}", errors.INTERNAL_ERROR), count=False)
 
-    def _count_reset(self) -> None:
-        """Streams the peer opened and reset at once cost us a call each and it nothing ("rapid reset",
-        CVE-2023-44487): past RESETS_PER_SECOND in one second the connection ends with ENHANCE_YOUR_CALM."""
-        now = time.monotonic()
-        if now - self._reset_window_start >= 1.0:
-            self._reset_window_start, self._resets = now, 0
-        self._resets += 1
-        if self._resets > RESETS_PER_SECOND:
-            raise ConnectionError(f"more than {RESETS_PER_SECOND} streams reset by the client in one second",
-                                  errors.ENHANCE_YOUR_CALM)  # fmt: skip
+    def _closed_stream(self, stream_id: int, what: str) -> StreamError | None:
+        """A frame for a stream not open: ConnectionError for one never opened (idle), None for one we reset
+        lately (its late frames are ignored), else the StreamError STREAM_CLOSED the caller raises or drops."""
+        if stream_id > self.last_stream_id or not stream_id % 2:
+            raise ConnectionError(f"{what} on stream {stream_id}, which was never opened")
+        if stream_id in self._reset_ids:
+            return None
+        return StreamError(stream_id, f"{what} on stream {stream_id}, which is closed", errors.STREAM_CLOSED)
 
     def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise ConnectionError("a DATA frame on stream 0")
-        self._received_unacknowledged += len(payload)  # padding included: it counts against the window too
+        size = len(payload)  # padding included: it counts against the windows too
+        if size > self._recv_window:
+            raise ConnectionError(f"DATA of {size} bytes past the connection's window ({self._recv_window} bytes "
+                                  "left)", errors.FLOW_CONTROL_ERROR)  # fmt: skip
+        self._recv_window -= size
+        self._received_unacknowledged += size
         if self._received_unacknowledged >= self.limits.connection_window // 2:
             self._frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._received_unacknowledged))
+            self._recv_window += self._received_unacknowledged
             self._received_unacknowledged = 0
         stream = self.streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            if stream_id > self.last_stream_id:
-                raise ConnectionError(f"DATA on stream {stream_id}, which was never opened")
-            if stream is not None:
-                raise StreamError(stream_id, "DATA after the stream's END_STREAM", errors.STREAM_CLOSED)
-            return  # a stream we closed or reset: ignored
-        body = _unpad(flags, payload, stream_id)
-        if body and stream.listener is not None:
-            stream.listener.on_data(body)
-        if len(payload) > len(body):  # padding is consumed at once
-            self.consumed(stream, len(payload) - len(body))
+        if stream is None:
+            closed = self._closed_stream(stream_id, "DATA")
+            if closed is not None:
+                raise closed
+            return
+        if stream.remote_closed:
+            raise StreamError(stream_id, "DATA after the stream's END_STREAM", errors.STREAM_CLOSED)
+        if size > stream.recv_window:
+            raise ConnectionError(f"DATA of {size} bytes on stream {stream_id} past its window ({stream.recv_window} "
+                                  "bytes left)", errors.FLOW_CONTROL_ERROR)  # fmt: skip
+        stream.recv_window -= size
+        body = unpad(flags, payload, stream_id)
+        if not body and not flags & END_STREAM:
+            self.flood.idle_frame("an empty DATA frame")
+        stream.received += len(body)
+        if stream.expected is not None and stream.received > stream.expected:
+            raise StreamError(stream_id, f"a body longer than its content-length {stream.expected}")
+        if body:
+            stream.last_data = self.active_at = time.monotonic()
+            if stream.listener is not None:
+                stream.listener.on_data(body)
+        if size > len(body):  # padding is consumed at once
+            self.consumed(stream, size - len(body))
         if flags & END_STREAM:
+            if stream.expected is not None and stream.received != stream.expected:
+                raise StreamError(stream_id, f"a body of {stream.received} bytes, not its content-length "
+                                  f"{stream.expected}")  # fmt: skip
             self._end_remote(stream)
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise ConnectionError("a HEADERS frame on stream 0")
-        fragment = _unpad(flags, payload, stream_id)
+        fragment = unpad(flags, payload, stream_id)
         if flags & PRIORITY_FLAG:
-            fragment = fragment[5:]
+            if len(fragment) < 5:
+                raise ConnectionError("a HEADERS frame too short for its priority fields", errors.FRAME_SIZE_ERROR)
+            dependency, fragment = struct.unpack(">I", fragment[:4])[0] & MAX_WINDOW, fragment[5:]
+            if dependency == stream_id:  # refused once the block is decoded (HPACK's state is shared)
+                flags |= SELF_DEPENDENT
         self._header_block = (stream_id, flags, bytearray(fragment))
         if flags & END_HEADERS:
             self._header_block_done()
@@ -405,6 +566,8 @@ class Connection(asyncio.Protocol):
     def _continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         if self._header_block is None:
             raise ConnectionError("a CONTINUATION frame without a header block before it")
+        if not payload and not flags & END_HEADERS:
+            self.flood.idle_frame("an empty CONTINUATION frame")
         self._header_block[2].extend(payload)
         if len(self._header_block[2]) > 4 * self.limits.max_header_list_size:
             raise ConnectionError("a header block far above SETTINGS_MAX_HEADER_LIST_SIZE", errors.ENHANCE_YOUR_CALM)
@@ -418,22 +581,33 @@ class Connection(asyncio.Protocol):
         fields = self.decoder.decode(bytes(block))  # decoded even for a refused stream: HPACK state is shared
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers (a client that ends its body with a header block)
-            if not flags & END_STREAM:
-                raise StreamError(stream_id, "a second header block without END_STREAM")
-            if not stream.remote_closed:
-                self._end_remote(stream)
+            self._trailers(stream, flags, fields)
             return
-        if stream_id <= self.last_stream_id or not stream_id % 2:
-            code = errors.STREAM_CLOSED if stream_id <= self.last_stream_id else errors.PROTOCOL_ERROR
-            raise ConnectionError(
-                f"HEADERS on stream {stream_id}: a client opens odd streams in increasing order", code
-            )
+        if stream_id <= self.last_stream_id:
+            if stream_id in self._reset_ids:
+                return  # late trailers of a stream we reset
+            code = errors.STREAM_CLOSED if stream_id == self.last_stream_id else errors.PROTOCOL_ERROR
+            raise ConnectionError(f"HEADERS on stream {stream_id}: a client opens new streams in increasing order",
+                                  code)  # fmt: skip
+        if not stream_id % 2:
+            raise ConnectionError(f"HEADERS on stream {stream_id}: a client opens odd-numbered streams")
         self.last_stream_id = stream_id
-        stream = Stream(stream_id, fields, self._peer_initial_window)
-        self.idle_since = None
+        if flags & SELF_DEPENDENT:
+            raise StreamError(stream_id, "a stream that depends on itself")
+        now = time.monotonic()
+        self.idle_since, self.active_at = None, now
         if self._draining or len(self.streams) >= self.limits.max_concurrent_streams:
-            self._frame(RST_STREAM, 0, stream_id, struct.pack(">I", errors.REFUSED_STREAM))
+            self._send_reset(stream_id, errors.REFUSED_STREAM)
+            self.idle_since = now if not self.streams else None
             return
+        try:
+            check_request(fields)
+            expected = content_length(fields)
+        except Malformed as exc:
+            self.idle_since = now if not self.streams else None
+            raise StreamError(stream_id, f"a malformed request: {exc}") from None
+        stream = Stream(stream_id, fields, self._peer_initial_window, now)
+        stream.expected = expected
         size = sum(len(name) + len(value) + 32 for name, value in fields)
         self.streams[stream_id] = stream
         if size > self.limits.max_header_list_size:
@@ -442,7 +616,22 @@ class Connection(asyncio.Protocol):
             return
         stream.listener = self.on_request(self, stream)
         if flags & END_STREAM:
+            if expected:
+                raise StreamError(stream_id, f"a request without a body, not its content-length {expected}")
             self._end_remote(stream)
+
+    def _trailers(self, stream: Stream, flags: int, fields: list[tuple[str, str]]) -> None:
+        if stream.remote_closed:
+            raise StreamError(stream.id, "a header block after the stream's END_STREAM", errors.STREAM_CLOSED)
+        if not flags & END_STREAM:
+            raise StreamError(stream.id, "a second header block without END_STREAM")
+        try:
+            check_trailers(fields)
+        except Malformed as exc:
+            raise StreamError(stream.id, f"malformed trailers: {exc}") from None
+        if stream.expected is not None and stream.received != stream.expected:
+            raise StreamError(stream.id, f"a body of {stream.received} bytes, not its content-length {stream.expected}")
+        self._end_remote(stream)
 
     def _settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
@@ -450,18 +639,15 @@ class Connection(asyncio.Protocol):
         if flags & ACK:
             if payload:
                 raise ConnectionError("a SETTINGS acknowledgement with a payload", errors.FRAME_SIZE_ERROR)
+            self.flood.idle_frame("a SETTINGS acknowledgement")
             return
         if len(payload) % 6:
             raise ConnectionError("a SETTINGS frame whose length is not a multiple of 6", errors.FRAME_SIZE_ERROR)
+        self.flood.idle_frame("SETTINGS")
         for offset in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, offset)
             if key == INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise ConnectionError(f"SETTINGS_INITIAL_WINDOW_SIZE {value} above 2^31-1",
-                                          errors.FLOW_CONTROL_ERROR)  # fmt: skip
-                delta, self._peer_initial_window = value - self._peer_initial_window, value
-                for stream in self.streams.values():
-                    stream.send_window += delta
+                self._initial_window(value)
             elif key == MAX_FRAME_SIZE:
                 if not FRAME_SIZE <= value <= 2**24 - 1:
                     raise ConnectionError(f"SETTINGS_MAX_FRAME_SIZE {value} outside 16384..16777215")
@@ -472,9 +658,20 @@ class Connection(asyncio.Protocol):
         self._frame(SETTINGS, ACK, 0, b"")
         self._push_blocked()
 
+    def _initial_window(self, value: int) -> None:
+        if value > MAX_WINDOW:
+            raise ConnectionError(f"SETTINGS_INITIAL_WINDOW_SIZE {value} above 2^31-1", errors.FLOW_CONTROL_ERROR)
+        delta, self._peer_initial_window = value - self._peer_initial_window, value
+        for stream in self.streams.values():
+            stream.send_window += delta
+            if stream.send_window > MAX_WINDOW:
+                raise ConnectionError(f"SETTINGS_INITIAL_WINDOW_SIZE {value} takes stream {stream.id}'s window "
+                                      "above 2^31-1", errors.FLOW_CONTROL_ERROR)  # fmt: skip
+
     def _window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise ConnectionError("a WINDOW_UPDATE frame must be 4 bytes", errors.FRAME_SIZE_ERROR)
+        self.flood.idle_frame("WINDOW_UPDATE")
         increment = struct.unpack(">I", payload)[0] & MAX_WINDOW
         if not stream_id:
             if not increment:
@@ -486,6 +683,7 @@ class Connection(asyncio.Protocol):
             return
         stream = self.streams.get(stream_id)
         if stream is None:
+            self._closed_stream(stream_id, "WINDOW_UPDATE")  # a closed stream's late update is ignored
             return
         if not increment:
             raise StreamError(stream_id, "a WINDOW_UPDATE of 0")
@@ -493,6 +691,44 @@ class Connection(asyncio.Protocol):
         if stream.send_window > MAX_WINDOW:
             raise StreamError(stream_id, "the stream's send window above 2^31-1", errors.FLOW_CONTROL_ERROR)
         self._push(stream)
+
+    def _ping(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise ConnectionError("a PING frame on a stream")
+        if len(payload) != 8:
+            raise ConnectionError("a PING frame must be 8 bytes", errors.FRAME_SIZE_ERROR)
+        self.flood.idle_frame("PING")
+        if not flags & ACK:
+            self._frame(PING, ACK, 0, payload)
+
+    def _rst_stream(self, stream_id: int, payload: bytes) -> None:
+        if not stream_id:
+            raise ConnectionError("a RST_STREAM frame on stream 0")
+        if len(payload) != 4:
+            raise ConnectionError("a RST_STREAM frame must be 4 bytes", errors.FRAME_SIZE_ERROR)
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            self._closed_stream(stream_id, "RST_STREAM")  # a reset of a closed stream changes nothing
+            return
+        self.flood.reset()
+        self._forget(stream, notify=True)
+
+    def _goaway(self, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise ConnectionError("a GOAWAY frame on a stream")
+        if len(payload) < 8:
+            raise ConnectionError("a GOAWAY frame shorter than 8 bytes", errors.FRAME_SIZE_ERROR)
+        self._draining = True
+        self._close_if_done()
+
+    def _priority(self, stream_id: int, payload: bytes) -> None:
+        if not stream_id:
+            raise ConnectionError("a PRIORITY frame on stream 0")
+        if len(payload) != 5:
+            raise StreamError(stream_id, "a PRIORITY frame must be 5 bytes", errors.FRAME_SIZE_ERROR)
+        self.flood.idle_frame("PRIORITY")
+        if struct.unpack(">I", payload[:4])[0] & MAX_WINDOW == stream_id:
+            raise StreamError(stream_id, "a stream that depends on itself")
 
     # ---- stream state --------------------------------------------------------------------------------------------
 
@@ -524,12 +760,21 @@ class Connection(asyncio.Protocol):
             stream.listener.on_reset()
         self._close_if_done()
 
-    def _stream_failed(self, exc: StreamError) -> None:
+    def _send_reset(self, stream_id: int, code: int) -> None:
+        self._frame(RST_STREAM, 0, stream_id, struct.pack(">I", code))
+        self._reset_ids[stream_id] = None
+        if len(self._reset_ids) > RECENT_RESETS:
+            del self._reset_ids[next(iter(self._reset_ids))]
+
+    def _stream_failed(self, exc: StreamError, count: bool = True) -> None:
+        """Reset the stream the peer broke; `count`: it was the peer's doing (a flood of them ends the connection)."""
         log.info("HTTP/2 stream %d from %s reset: %s", exc.stream_id, self.peer, exc)
-        self._frame(RST_STREAM, 0, exc.stream_id, struct.pack(">I", exc.code))
+        self._send_reset(exc.stream_id, exc.code)
         stream = self.streams.get(exc.stream_id)
         if stream is not None:
             self._forget(stream, notify=True)
+        if count:
+            self.flood.reset()
 
     def _fail(self, exc: Http2Error) -> None:
         log.info("HTTP/2 connection from %s ended: %s", self.peer, exc)
@@ -539,6 +784,7 @@ class Connection(asyncio.Protocol):
             self._forget(stream, notify=True)
         if self.transport is not None:
             self.transport.close()
+        self._buffer.clear()
 
     def _close_if_done(self) -> None:
         if self._draining and not self.streams and self.transport is not None and not self.transport.is_closing():
@@ -584,12 +830,10 @@ class Connection(asyncio.Protocol):
             self._frame(CONTINUATION, END_HEADERS if last else 0, stream_id, block[start : start + size])
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        length = len(payload)
-        self._out += _HEAD.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id)
+        self._out += head(kind, flags, stream_id, len(payload))
         self._out += payload
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
+        if kind <= HEADERS:  # DATA or HEADERS: work done for the client (acknowledgements do not count)
+            self.flood.sent += 1
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -599,11 +843,3 @@ class Connection(asyncio.Protocol):
         if self._out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(bytes(self._out))
         self._out.clear()
-
-
-def _unpad(flags: int, payload: bytes, stream_id: int) -> bytes:
-    if not flags & PADDED:
-        return payload
-    if not payload or payload[0] >= len(payload):
-        raise ConnectionError(f"stream {stream_id}: padding as long as the frame")
-    return payload[1 : len(payload) - payload[0]]
