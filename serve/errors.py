@@ -59,6 +59,10 @@ class RequestTooLarge(ServeError):
     """A request body over `max_request_size`."""
 
 
+class ResponseTooLarge(ServeError):
+    """An answer over `max_response_size`, counted as it is sent (a REST body, a serialized gRPC message)."""
+
+
 class WorkerError(ServeError):
     """A worker process died or failed a batch; the message says why."""
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.batching import InferenceRequest, InferenceResponse
-from serve.errors import InvalidInput, ModelApiDisabled, ModelNotFound
+from serve.errors import InvalidInput, ModelApiDisabled, ModelNotFound, ResponseTooLarge
 from serve.frontends.errors import error_info
 from serve.metrics import ServerMetrics
 
@@ -89,6 +89,15 @@ class DataPlane:
         request.explain = True
         request.headers["explain"] = "True"
         return await self.predict(model, version, request)
+
+    def check_response_size(self, size: int) -> None:
+        """For an answer a frontend encoded itself (v1, v2): ResponseTooLarge when its `size` bytes, as they are sent
+        (before any content coding), are over max_response_size. The worker checks the answers sent as it wrote
+        them (/predictions); gRPC servers check each message they send."""
+        limit = self.settings.max_response_size
+        if size > limit:
+            raise ResponseTooLarge(f"the response of {size} bytes exceeds max_response_size ({limit} bytes); raise "
+                                   "max_response_size in config.properties")  # fmt: skip
 
     async def _measured(self, chunks: AsyncIterator[bytes], model: str, version: str, status: int,
                         start: float) -> AsyncIterator[bytes]:  # fmt: skip

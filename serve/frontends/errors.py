@@ -13,7 +13,9 @@ Decisions on TorchServe's quirks:
   type name then follows the status (ConflictStatusException for 409, ...), except for errors a worker or handler
   produced, which keep InternalServerException.
 - gRPC codes follow TorchServe's HTTP->gRPC mapping, except that an unknown model is NOT_FOUND (TorchServe says
-  INTERNAL) and a service-side timeout is DEADLINE_EXCEEDED.
+  INTERNAL), a service-side timeout is DEADLINE_EXCEEDED, and a 507 (an answer over max_response_size, a worker
+  out of memory) is RESOURCE_EXHAUSTED, as grpc says of a message over its limit (TorchServe: INTERNAL, which says
+  the server is broken).
 - Errors a worker or handler produced keep TorchServe's type InternalServerException whatever their status.
 """
 
@@ -49,6 +51,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     errors.ModelNotFound: (404, "ModelNotFoundException"),
     errors.ModelApiDisabled: (405, "MethodNotAllowedException"),
     errors.RequestTooLarge: (413, "RequestEntityTooLargeException"),
+    errors.ResponseTooLarge: (507, DEFAULT_TYPE),
     errors.ModelNotReady: (503, "ServiceUnavailableException"),
     errors.QueueFull: (503, "ServiceUnavailableException"),
     errors.RequestTimeout: (504, "RequestTimeoutException"),
@@ -85,6 +88,7 @@ GRPC_CODES = {
     501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
+    507: "RESOURCE_EXHAUSTED",  # an answer over max_response_size, memory that ran out: not INTERNAL
 }
 
 

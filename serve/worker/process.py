@@ -15,10 +15,12 @@ Results are serialised as TorchServe's backend does: bytes as they are, str as U
 bytes (TorchServe: `torch.save`), anything else as `json.dumps(value, indent=2)`. Unlike TorchServe, a response
 carries a content type even when the handler sets none (octet-stream, text/plain or JSON by the value's kind), and
 a result that cannot be serialised or is over `max_response_size` fails only its own request (503 / 507), not the
-batch. A request whose input cannot be decoded (JSON nested too deeply, an integer over the digit limit) is answered
-400 on its own and never reaches the handler, which runs the rest of the batch. JSON results are standard JSON: NaN
-and Infinity are written as null. A handler whose `handle` returns an iterator streams: each item it yields is a
-list with one chunk per request.
+batch. A KServe v1/v2 request's answer is an intermediate the frontend re-encodes (and counts as it sends it): it is
+written as compact JSON and may be protocol.REENCODED_TEXT_RATIO times max_response_size. A request whose input
+cannot be decoded (JSON nested too deeply, an integer over the digit limit) is answered 400 on its own and never
+reaches the handler, which runs the rest of the batch. JSON results are standard JSON: NaN and Infinity are
+written as null. A handler whose `handle` returns an iterator streams: each item it yields is a list with one chunk
+per request.
 
 GPUs (gpu.py): a worker given `--gpu N` makes cuda:N current before the handler loads (or warns and runs on the
 CPU when CUDA is not usable). A batch that runs out of memory answers 507 with a message naming the device and
@@ -41,6 +43,7 @@ from typing import Any, BinaryIO
 
 import serve
 from serve.archive import open_archive
+from serve.batching.envelopes import PROTOCOL_HEADER
 from serve.batching.job import DESCRIBE, InferenceRequest
 from serve.batching.json_values import DECODE_ERRORS, decode_error_text
 from serve.batching.json_values import dumps as json_dumps
@@ -49,7 +52,13 @@ from serve.worker import gpu, heartbeat
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
 from serve.worker.optimizing import optimize_handler
-from serve.worker.protocol import decode_batch, read_message_sync, write_message_sync
+from serve.worker.protocol import (
+    REENCODED_PROTOCOLS,
+    REENCODED_TEXT_RATIO,
+    decode_batch,
+    read_message_sync,
+    write_message_sync,
+)
 
 log = logging.getLogger("serve.worker")
 TRACEBACK_FRAMES = 4
@@ -162,6 +171,7 @@ class BatchRunner:
         self.refused: dict[int, dict[str, Any]] = {}  # this batch's requests whose input did not decode (400)
         self.handler, self.context, self.channel = handler, context, channel
         self.max_response_size = max_response_size
+        self.reencoded: list[bool] = []  # per request the handler sees: its answer is re-encoded by the frontend
         self.device = device  # "cuda:N" when the handler runs on a GPU
         self.context_lost = False  # a CUDA error made the device unusable: the worker must exit
 
@@ -170,6 +180,7 @@ class BatchRunner:
         requests = decode_batch(header, payloads)
         inputs, self.refused = _decode_inputs(requests, getattr(self.handler, "kserve_envelopes", False) is True)
         kept = [r for i, r in enumerate(requests) if i not in self.refused]
+        self.reencoded = [r.headers.get(PROTOCOL_HEADER) in REENCODED_PROTOCOLS for r in kept]
         self.context.begin_batch({i: r.request_id for i, r in enumerate(kept)},
                                  [_handler_headers(r, header.get("kind") == DESCRIBE) for r in kept])  # fmt: skip
         self.context.metrics.clear()
@@ -236,13 +247,16 @@ class BatchRunner:
         status, _ = self.context.get_response_status(idx)
         headers = dict(self.context.get_response_headers(idx))
         set_type = next((headers.pop(k) for k in list(headers) if k.lower() == "content-type"), None)
+        reencoded = idx < len(self.reencoded) and self.reencoded[idx]
         try:
-            body, content_type = serialize(value)
+            body, content_type = serialize(value, compact=reencoded)
         except (TypeError, ValueError) as e:
             status, body, content_type = 503, _error_body(503, f"Unsupported model output data type: {e}"), None
-        if len(body) > self.max_response_size:
-            message = (f"the response of {len(body)} bytes exceeds max_response_size ({self.max_response_size} "
-                       "bytes); raise max_response_size in config.properties")  # fmt: skip
+        limit = self.max_response_size * (REENCODED_TEXT_RATIO if reencoded else 1)
+        if len(body) > limit:
+            what = f"{REENCODED_TEXT_RATIO} x max_response_size" if reencoded else "max_response_size"
+            message = (f"the response of {len(body)} bytes exceeds {what} ({limit} bytes); raise max_response_size "
+                       "in config.properties")  # fmt: skip
             status, body, content_type = 507, _error_body(507, message), None
         bodies.append(body)
         return {"status": status, "headers": headers, "content_type": set_type or content_type or "application/json",
@@ -315,8 +329,9 @@ def batch_error(e: Exception, device: str | None = None, batch: int = 1) -> dict
     return {"code": 503, "type": "InternalServerException", "message": f"Prediction failed: {type(e).__name__}: {e}"}
 
 
-def serialize(value: Any) -> tuple[bytes, str]:
-    """A handler result as body bytes and the content type its kind suggests."""
+def serialize(value: Any, compact: bool = False) -> tuple[bytes, str]:
+    """A handler result as body bytes and the content type its kind suggests; `compact` JSON for an answer the
+    frontend re-encodes (TorchServe's indented JSON for one it sends as it is)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), "application/octet-stream"
     if isinstance(value, str):
@@ -325,7 +340,8 @@ def serialize(value: Any) -> tuple[bytes, str]:
         buffer = io.BytesIO()
         serve.save(value, buffer)
         return buffer.getvalue(), "application/octet-stream"
-    return json_dumps(value, indent=2, default=_json_default).encode(), "application/json"  # NaN, Infinity: null
+    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 2}
+    return json_dumps(value, default=_json_default, **layout).encode(), "application/json"  # NaN, Infinity: null
 
 
 def _json_default(value: Any) -> Any:

@@ -27,6 +27,11 @@ from serve.batching.job import InferenceRequest
 
 _LENGTH = struct.Struct(">I")
 MAX_HEADER_BYTES = 64 << 20
+# A response a frontend re-encodes (a KServe v1 or v2 answer) travels here as JSON text, which spells a tensor in up
+# to this many characters per byte of it (FP16 values as JSON floats): the worker lets such a response be this many
+# times max_response_size, and the frontend holds the bytes it sends to max_response_size.
+REENCODED_TEXT_RATIO = 8
+REENCODED_PROTOCOLS = ("v1", "v2")  # the x-serve-protocol values (batching/envelopes.py) of such answers
 
 Message = tuple[dict[str, Any], list[bytes]]
 

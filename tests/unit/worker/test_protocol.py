@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from serve.batching import InferenceRequest
+from serve.batching.envelopes import PROTOCOL_HEADER
 from serve.errors import InvalidInput, PredictionException
 from serve.worker import Context
 from serve.worker.process import BatchRunner, batch_error, serialize
 from serve.worker.protocol import (
+    REENCODED_TEXT_RATIO,
     ProtocolError,
     decode_batch,
     encode,
@@ -89,7 +91,7 @@ def test_serialize_and_batch_errors():
     assert batch_error(MemoryError())["code"] == 507
 
 
-def run_batch(handle, bodies, max_response_size=1000, decode=False):
+def run_batch(handle, bodies, max_response_size=1000, decode=False, headers=None):
     class Handler:
         def handle(self, data, context):
             return handle(data, context)
@@ -98,7 +100,8 @@ def run_batch(handle, bodies, max_response_size=1000, decode=False):
     context = Context("m", ".", None, 4, None, "0")
     runner = BatchRunner(Handler(), context, channel, max_response_size)
     json_type = {"body": "application/json"} if decode else {}
-    requests = [InferenceRequest(f"r{i}", {"body": b}, json_type, decode=decode) for i, b in enumerate(bodies)]
+    requests = [InferenceRequest(f"r{i}", {"body": b}, json_type, dict(headers or {}), decode=decode)
+                for i, b in enumerate(bodies)]  # fmt: skip
     runner.run(*encode_batch(1, "predict", requests))
     channel.seek(0)
     messages = []
@@ -128,6 +131,30 @@ def test_runner_fails_the_batch_on_a_wrong_count_and_one_request_on_an_oversize_
     big, small = header["responses"]
     assert big["status"] == 507 and "exceeds max_response_size (1000 bytes)" in json.loads(bodies[0])["message"]
     assert small["status"] == 200 and bodies[1] == b"small"
+
+
+def test_an_answer_the_frontend_re_encodes_is_compact_json_held_to_a_multiple_of_the_limit():
+    """A v2 (or KServe v1) answer is JSON text the frontend parses and re-encodes, counting what it sends: the worker
+    writes it compactly and refuses it only past REENCODED_TEXT_RATIO x max_response_size (here 8 x 1000). The same
+    answer to /predictions is sent as written (indented, TorchServe's) and refused past max_response_size."""
+
+    def handle(data, context):
+        n = int(data[0]["body"])
+        return [{"outputs": [{"name": "o", "datatype": "INT32", "shape": [n], "data": [7] * n}]}] * len(data)
+
+    v2 = {PROTOCOL_HEADER: "v2"}
+    [(header, bodies)] = run_batch(handle, [b"1500"], headers=v2)
+    assert header["responses"][0]["status"] == 200
+    assert json.loads(bodies[0])["outputs"][0]["data"] == [7] * 1500 and b" " not in bodies[0]  # 3069 bytes
+    [(header, bodies)] = run_batch(handle, [b"1500"], headers={PROTOCOL_HEADER: "v1"})
+    assert header["responses"][0]["status"] == 200
+    [(header, bodies)] = run_batch(handle, [b"1500"])
+    assert header["responses"][0]["status"] == 507 and b'\n  "outputs"' not in bodies[0]
+    [(header, bodies)] = run_batch(handle, [b"5000"], headers=v2)
+    message = json.loads(bodies[0])["message"]
+    assert header["responses"][0]["status"] == 507
+    assert message == (f"the response of 10069 bytes exceeds {REENCODED_TEXT_RATIO} x max_response_size (8000 "
+                       "bytes); raise max_response_size in config.properties")  # fmt: skip
 
 
 def test_runner_streams_a_generator():

@@ -57,11 +57,16 @@ async def model_ready(request: Request) -> Response:
 
 
 async def predict(request: Request) -> Response:
-    return json_response({"predictions": await _run(request, explain=False)})
+    return _sized(request, json_response({"predictions": await _run(request, explain=False)}))
 
 
 async def explain(request: Request) -> Response:
-    return json_response({"explanations": await _run(request, explain=True)})
+    return _sized(request, json_response({"explanations": await _run(request, explain=True)}))
+
+
+def _sized(request: Request, answer: Response) -> Response:
+    dataplane_of(request, guarded=False).check_response_size(len(answer.body))
+    return answer
 
 
 async def _run(request: Request, explain: bool) -> list[Any]:

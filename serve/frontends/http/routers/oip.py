@@ -131,6 +131,7 @@ async def _infer(request: Request, explain: bool) -> Response:
     v2 = rest.parse_request(await request_body(request), request.headers.get(tensors.HEADER_LENGTH))
     response = await core.infer(dataplane, name, version, v2, dict(request.headers.items()), explain)
     body, header_length = rest.encode_response(response, v2)
+    dataplane.check_response_size(len(body))
     if header_length is None:
         answer = Response(body, media_type=JSON)
     else:
