@@ -33,7 +33,7 @@ from serve.config import Settings, parse_address
 from serve.errors import ConfigError
 from serve.frontends.connections import OpenConnections
 from serve.frontends.dataplane import DataPlane
-from serve.frontends.grpc.server import bound_port, create_grpc_servers
+from serve.frontends.grpc.server import bound_port, create_grpc_servers, stop_grpc_server
 from serve.frontends.http.app import create_inference_app, create_management_app, create_metrics_app
 from serve.frontends.http.auth import TokenAuth
 from serve.frontends.http.connection_limits import ConnectionLimits, limited_http_protocol
@@ -117,7 +117,8 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     finally:
         for listener in listeners:
             listener.should_exit = True
-        await asyncio.gather(*tasks, *(s.stop(GRACEFUL_SECONDS) for s in grpc_servers), return_exceptions=True)
+        stopping = (stop_grpc_server(s, GRACEFUL_SECONDS) for s in grpc_servers)
+        await asyncio.gather(*tasks, *stopping, return_exceptions=True)
         await registry.shutdown(settings.unregister_model_timeout)
         auth.remove_key_file()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]

@@ -14,7 +14,9 @@ Token auth is a server interceptor, installed only when token auth is on (fixed 
 runs per rpc before the servicer. Message size limits come from max_request_size (receive) and max_response_size
 (send), not grpcio's 4 MiB default. With enable_grpc_ssl both listen with TLS from certificate_file and
 private_key_file.
-The caller starts them (`await server.start()`) and stops them with a grace period (`await server.stop(grace)`).
+The caller starts them (`await server.start()`) and stops them with `await stop_grpc_server(server, grace)`: health
+turns NOT_SERVING and ends its Watch calls (which never end on their own, so the stop would wait out its grace
+period for them), then the calls in flight get `grace` seconds.
 """
 
 from __future__ import annotations
@@ -58,11 +60,21 @@ V2_SERVICE = grpc_predict_v2_pb2.DESCRIPTOR.services_by_name["GRPCInferenceServi
 MANAGEMENT_SERVICE = management_pb2.DESCRIPTOR.services_by_name["ManagementAPIsService"].full_name
 GrpcServer: TypeAlias = grpc.aio.Server | Server
 _BOUND: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_HEALTH: weakref.WeakKeyDictionary[Any, HealthServicer] = weakref.WeakKeyDictionary()
 
 
 def bound_port(server: GrpcServer) -> int:
     """The port a server from create_grpc_servers listens on (the one the system chose for a configured port 0)."""
     return _BOUND[server]
+
+
+async def stop_grpc_server(server: GrpcServer, grace: float) -> None:
+    """Stop a server from create_grpc_servers: its health watchers get NOT_SERVING and their calls end, then the
+    calls in flight get `grace` seconds."""
+    health = _HEALTH.get(server)
+    if health is not None:
+        health.enter_graceful_shutdown()
+    await server.stop(grace)
 
 
 def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth,
@@ -100,7 +112,8 @@ def _server(settings: Settings, auth: TokenAuth, kind: str, connections: OpenCon
 
 
 def _add_health_and_reflection(server: GrpcServer, healthy: Callable[[], bool], services: list[str]) -> None:
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(healthy, services), server)
+    health = _HEALTH[server] = HealthServicer(healthy, services)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [*services, HEALTH_SERVICE, reflection.SERVICE_NAME]
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(ReflectionServicer(names), server)
 

@@ -11,8 +11,14 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from serve.frontends import DataPlane
 from serve.frontends.grpc import health
 from serve.frontends.grpc.health import NOT_SERVING, SERVICE_UNKNOWN, SERVING, HealthServicer
+from serve.frontends.grpc.server import bound_port, create_grpc_servers, stop_grpc_server
+from serve.frontends.http import TokenAuth
+from serve.metrics import ServerMetrics
+from tests.unit.frontends.fakes import FakeRegistry, settings
+from tests.unit.frontends.grpc import harness
 from tests.unit.frontends.grpc.harness import Env, run
 
 BOTH_SERVERS = pytest.mark.usefixtures("grpc_server")  # on serve's gRPC server and grpcio's
@@ -93,3 +99,26 @@ def test_a_sampler_runs_only_while_someone_watches_and_shutdown_ends_every_watch
         assert servicer.status() == NOT_SERVING
 
     asyncio.run(main())
+
+
+@BOTH_SERVERS
+def test_stopping_a_server_ends_its_watches_with_not_serving(tmp_path: Path) -> None:
+    """A Watch never ends on its own: stop_grpc_server sends its watchers NOT_SERVING and ends their calls, so the
+    stop does not wait out its grace period (60 s here) for them."""
+    config = settings(tmp_path, grpc_inference_port=0, grpc_management_port=0, grpc_server=harness.IMPLEMENTATION)
+    dataplane = DataPlane(FakeRegistry(), ServerMetrics(hostname="testhost"), config)
+
+    async def main() -> None:
+        servers = create_grpc_servers(dataplane, config, TokenAuth.from_settings(config))
+        for server in servers:
+            await server.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{bound_port(servers[0])}") as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            assert await _next(watch) == SERVING
+            stopping = asyncio.gather(*(stop_grpc_server(server, 60) for server in servers))
+            assert await _next(watch) == NOT_SERVING
+            assert await asyncio.wait_for(watch.read(), WAIT) is grpc.aio.EOF
+            assert await watch.code() == grpc.StatusCode.OK
+            await asyncio.wait_for(stopping, 30)  # nothing holds the servers for their 60 s
+
+    asyncio.run(asyncio.wait_for(main(), 50))
