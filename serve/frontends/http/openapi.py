@@ -50,7 +50,8 @@ STATUS_TEXT = {
     500: "The model could not be loaded, or its worker died",
     503: "No ready worker, the queue is full, or the handler failed (TorchServe's 'Prediction failed')",
     504: "No answer within the model's response_timeout",
-    507: "Insufficient storage: out of GPU memory, or the archives would pass max_extracted_bytes_total",
+    507: "Insufficient storage: the answer is over max_response_size, out of GPU memory, or the archives would pass "
+    "max_extracted_bytes_total",
 }
 INFERENCE_ERRORS = (400, 401, 404, 413, 500, 503, 504, 507)
 
