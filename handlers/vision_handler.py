@@ -24,14 +24,15 @@ preprocessed image, one (C, H, W) nested list per request, TorchServe's JSON (ha
 model-config `handler: {ig_steps: 15, ig_batch_size: 16}`.
 
 Per-request errors (the other requests of the batch carry on): bad base64, bytes that are not a JPEG/PNG/WebP
-or are truncated, a nested list that is ragged or not numeric: 400. A nested list must be one image as the model
-takes it, whatever its batch-mates send: (C, H, W) with no empty side; the (C, H, W) the transforms make when
-they fix the size (a 400 names it), else C the transforms' channels (3, 1 with grayscale). An image whose header
-claims more pixels than `limit_max_image_pixels` allows: 413, refused from the header, before any pixel is decoded
-(True = Pillow's default limit, 89,478,485 pixels; False = no limit; an int = that many pixels).
-Images of different sizes (transforms that keep the size) are not refused: preprocess returns one batch tensor
-when every image of the batch has one shape, else a group per shape, each run through the model on its own
-(handlers/shape_groups.py), where a failure on a size the model never answered is that group's 400.
+or are truncated, a nested list that is ragged or not numeric, or not one image (C, H, W) with no empty side and
+the transforms' channels (3, 1 with grayscale): 400. An image whose header claims more pixels than
+`limit_max_image_pixels` allows: 413, refused from the header, before any pixel is decoded (True = Pillow's
+default limit, 89,478,485 pixels; False = no limit; an int = that many pixels).
+Sizes: preprocess returns one batch tensor when every input of the batch has one shape (TorchServe's flow), else
+a group per shape, each run through the model on its own (handlers/shape_groups.py): a nested list skips the
+transforms, so its size may differ from the images', and it is answered when the model takes it, or is a 400
+naming the sizes the model answers (the transforms' size counts) when the model fails on it, never a failure of
+the images beside it. A batch of one shape the model fails on fails as a whole, as before.
 
 Where we differ from TorchServe, on purpose:
 - Images are converted to RGB (or "L" with grayscale) before the transforms: TorchServe hands a PNG's alpha
@@ -57,7 +58,7 @@ from PIL import Image, UnidentifiedImageError
 import serve
 from handlers.base_handler import BaseHandler
 from handlers.insights import explain_rows, ig_settings, image_insights
-from handlers.shape_groups import Group, ShapeGroups, group_indices
+from handlers.shape_groups import AnsweredShapes, Group, ShapeGroups, group_indices
 from handlers.transforms import IMAGENET_MEAN, IMAGENET_STD, build_image_processing
 from serve.errors import InvalidInput, PredictionException
 from serve.worker.context import Context
@@ -165,6 +166,8 @@ class VisionHandler(BaseHandler):
             Image.MAX_IMAGE_PIXELS = None  # Pillow would refuse what we allow; our own check enforces the limit
         if self.image_processing is None:
             self.image_processing = self.build_image_processing(self.handler_config)
+        if self.input_shape is not None:  # what every image becomes, and the warm-up's shape: one the model answers
+            self.answered_shapes = AnsweredShapes([(self.input_shape, "float32")])
         ig_settings(self, self.ig_steps)  # a bad handler.ig_steps / ig_batch_size fails the load, not a request
 
     def build_image_processing(self, config: dict[str, Any]) -> Callable[[Image.Image], np.ndarray]:
@@ -213,12 +216,8 @@ class VisionHandler(BaseHandler):
         return self.check_tensor(nested_list_tensor(payload))
 
     def check_tensor(self, value: np.ndarray) -> np.ndarray:
-        """A nested-list input as one image the model takes (see the module docstring), else InvalidInput."""
+        """A nested-list input as one image (see the module docstring), else InvalidInput."""
         shape = list(value.shape)
-        if self.input_shape is not None and value.shape != self.input_shape:
-            raise InvalidInput(f"input of shape {shape} is not the {list(self.input_shape)} (C, H, W) this model's "
-                               "transforms make (crop, resize or image_size in the model-config): send an image, or "
-                               "a nested list of that shape")  # fmt: skip
         if value.ndim != 3 or 0 in value.shape:
             raise InvalidInput(f"a nested list input is one preprocessed image (C, H, W) with no empty side, got shape "
                                f"{shape}: send an image, or a nested list of that form")  # fmt: skip

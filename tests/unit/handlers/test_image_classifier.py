@@ -119,7 +119,7 @@ def test_bad_rows_get_their_own_errors_and_the_rest_of_the_batch_succeeds(classi
         {"body": [[1.0, 2.0], [3.0]]},
         {"body": {"instances": [1, 2]}},
         {"body": b""},
-        {"body": np.zeros((3, 8, 8)).tolist()},  # a tensor of another shape than the batch's (3, 16, 16)
+        {"body": np.zeros((3, 8, 8)).tolist()},  # another size than the images': this model (pooling) takes it
         {"data": b64(good)},
     ]
     results = run_batch(handler, context, rows)
@@ -130,7 +130,7 @@ def test_bad_rows_get_their_own_errors_and_the_rest_of_the_batch_succeeds(classi
     assert_row_error(results[5], context, 5, 400, "not a rectangular array")
     assert_row_error(results[6], context, 6, 400, "got dict")
     assert_row_error(results[7], context, 7, 400, "no input")
-    assert_row_error(results[8], context, 8, 400, "shape [3, 8, 8]", "[3, 16, 16]")
+    assert "code" not in results[8] and context.get_response_status(8)[0] == 200
     assert results[3]["type"] == "PredictionException" and results[1]["type"] == "InvalidInput"
     (alone,) = run_batch(handler, context, [{"body": good}])
     assert results[0] == pytest.approx(alone) and results[9] == pytest.approx(alone)
@@ -235,26 +235,54 @@ def test_a_model_that_does_not_return_logits_fails_the_batch(tmp_path):
         run_batch(handler, context, [{"body": png_bytes(8, 8)}])
 
 
-BAD_TENSORS = {
-    "another size": np.zeros((3, 8, 8)).tolist(),
-    "one channel": [[[1.0, 2.0, 3.0]]],
-    "a batch": np.zeros((2, 3, 16, 16)).tolist(),
-    "empty": [[[]]],
+NOT_AN_IMAGE = {
+    "one channel": ([[[1.0, 2.0, 3.0]]], "has 1 channels; this model's images have 3"),
+    "a batch": (np.zeros((2, 3, 16, 16)).tolist(), "one preprocessed image (C, H, W)"),
+    "empty": ([[[]]], "with no empty side"),
 }
 
 
-@pytest.mark.parametrize("bad", sorted(BAD_TENSORS))
+@pytest.mark.parametrize("bad", sorted(NOT_AN_IMAGE))
 @pytest.mark.parametrize("position", [0, 2])
-def test_a_nested_list_of_the_wrong_shape_fails_alone_at_any_position(classifier, bad, position):
+def test_a_nested_list_that_is_not_an_image_fails_alone_at_any_position(classifier, bad, position):
     handler, context = classifier
     raws = [png_bytes(20, 20, seed=s) for s in range(3)]
     rows: list = [{"body": raw} for raw in raws]
-    rows.insert(position, {"body": BAD_TENSORS[bad]})
+    payload, message = NOT_AN_IMAGE[bad]
+    rows.insert(position, {"body": payload})
     results = run_batch(handler, context, rows)
-    assert_row_error(results[position], context, position, 400, "[3, 16, 16] (C, H, W) this model's transforms make")
+    assert_row_error(results[position], context, position, 400, message)
     goods = [r for i, r in enumerate(results) if i != position]
     alone = [run_batch(handler, context, [{"body": raw}])[0] for raw in raws]
     assert goods == [pytest.approx(a) for a in alone]
+
+
+class FixedSize(ToyClassifier):
+    """A classifier that takes 16 x 16 images only (a flatten, not a pooling, before its last layer)."""
+
+    def forward(self, x: serve.Tensor) -> serve.Tensor:
+        if tuple(x.shape[2:]) != (16, 16):
+            raise ValueError(f"expected (N, 3, 16, 16), got {tuple(x.shape)}")
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("position", [0, 2])
+def test_a_nested_list_of_another_size_is_answered_when_the_model_takes_it_else_fails_alone(tmp_path, position):
+    small = np.random.default_rng(5).standard_normal((3, 8, 8)).tolist()
+    raws = [png_bytes(20, 20, seed=s) for s in range(3)]
+    rows: list = [{"body": raw} for raw in raws]
+    rows.insert(position, {"body": small})
+    for model, takes_it in ((ToyClassifier(), True), (FixedSize(), False)):
+        (tmp_path / str(takes_it)).mkdir()
+        handler, context = vision_handler(ImageClassifier, model, tmp_path / str(takes_it), {"image_size": 16})
+        results = run_batch(handler, context, rows)
+        if takes_it:
+            assert results[position] == pytest.approx(run_batch(handler, context, [{"body": small}])[0])
+        else:
+            assert_row_error(results[position], context, position, 400, "input of shape (3, 8, 8) float32",
+                             "it answers inputs of shape (3, 16, 16) float32")  # fmt: skip
+        alone = [run_batch(handler, context, [{"body": raw}])[0] for raw in raws]
+        assert [r for i, r in enumerate(results) if i != position] == [pytest.approx(a) for a in alone]
 
 
 def test_images_the_transforms_leave_in_their_size_are_each_answered(tmp_path):

@@ -74,6 +74,6 @@ def test_a_wrong_nested_list_first_fails_alone(tmp_path):
     handler, context = vision_handler(ImageSegmenter, ToySegmenter(False), tmp_path, {"image_size": 8})
     image = png_bytes(9, 9)
     results = run_batch(handler, context, [{"body": [[[1.0, 2.0, 3.0]]]}, {"body": image}, {"body": image}])
-    assert_row_error(results[0], context, 0, 400, "[3, 8, 8] (C, H, W)")
+    assert_row_error(results[0], context, 0, 400, "has 1 channels; this model's images have 3")
     (alone,) = run_batch(handler, context, [{"body": image}])
     np.testing.assert_allclose(np.asarray(results[1:]), np.asarray([alone, alone]), rtol=1e-6)
