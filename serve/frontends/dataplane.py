@@ -116,6 +116,7 @@ class DataPlane:
         self._require_model_api("register a model")
         if not url:
             raise InvalidInput("Parameter url is required.")
+        runtime = runtime or None  # `runtime=` is unset, as an empty field is over gRPC
         if runtime is not None and runtime not in RUNTIMES:
             raise InvalidInput(f"Invalid RuntimeType value: {runtime}; use one of {list(RUNTIMES)}")
         _at_least("batch_size", batch_size, 1)
@@ -158,7 +159,7 @@ class DataPlane:
 
     def list_models(self, limit: int = MAX_LIST_LIMIT, next_page_token: int = 0) -> dict:
         """A page of models. Unlike TorchServe, which clamps them silently, a `limit` outside 1..100 or a negative
-        `next_page_token` is a 400 (InvalidInput); a token past the last model is the registry's 400."""
+        `next_page_token` is a 400 (InvalidInput); a token past the last model is an empty page."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidInput(f"Invalid limit: {limit}; it must be an integer from 1 to {MAX_LIST_LIMIT}")
         _at_least("next_page_token", next_page_token, 0)

@@ -84,7 +84,7 @@ def _management(settings: Settings) -> dict[tuple[str, str], tuple[tuple[int, ..
         _query("url", {"type": "string", "minLength": 1}, "An archive in the model store, or an allowed URL", True),
         _query("model_name", STRING, "Name to register under (default: the archive's)"),
         _query("handler", STRING, "Handler overriding the archive's"),
-        _query("runtime", STRING, "Runtime (python)"),
+        _query("runtime", {"type": "string", "enum": ["", "python", "python3"]}, "Runtime (empty: the archive's)"),
         _query("batch_size", {"type": "integer", "minimum": 1}, "Most requests per batch"),
         _query("max_batch_delay", {"type": "integer", "minimum": 0}, "Milliseconds to wait for a batch to fill"),
         _query("initial_workers", workers, "Workers to start (capped by max_workers_per_model and max_workers)"),
@@ -92,9 +92,10 @@ def _management(settings: Settings) -> dict[tuple[str, str], tuple[tuple[int, ..
         _query("response_timeout", {"type": "integer", "minimum": 1}, "Seconds a batch may take"),
         _query("startup_timeout", {"type": "integer", "minimum": 1}, "Seconds a worker may take to load"),
     ]
+    page_token = {"type": "integer", "minimum": 0}
     listing = [
         _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Models per page (default 100)"),
-        _query("next_page_token", {"type": "integer", "minimum": 0}, "The nextPageToken of the previous page"),
+        _query("next_page_token", page_token, "The previous page's nextPageToken (past the end: an empty page)"),
     ]
     errors = (400, 401, 404)
     scaled = (202, 206, *errors, 500, 503)

@@ -48,6 +48,8 @@ def test_register_query_parameters_are_typed(tmp_path):
         await server.management.post("/models?url=mnist.mar")
         assert _last(server, "register")[2]["synchronous"] is True  # REST default, as in TorchServe
         assert _last(server, "register")[2]["batch_size"] is None  # unset: the registry applies the defaults
+        assert (await server.management.post("/models?url=mnist.mar&runtime=")).status_code == 200
+        assert _last(server, "register")[2]["runtime"] is None  # empty: unset, the archive's runtime
 
     run(check, tmp_path, enable_model_api=True)
 
