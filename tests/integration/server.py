@@ -2,7 +2,9 @@
 
 `ServerProcess` starts `python -m serve.cli.main start --foreground` in its own working directory (key file,
 logs and snapshots land there; TMPDIR too, so its pid file is its own), waits for `/ping` to say ready, and stops
-it with SIGTERM. Every wait is bounded.
+it with SIGTERM. Every wait is bounded, and generously: a start loads and warms real models (the examples take
+~45 s on an idle 2-core machine, minutes at a load of 10), so the wait is for readiness, not for a duration. It
+ends at once when the server process exits, with its log. A stop waits for the server's own bounded drain.
 
 Every listener is configured with port 0 (`http://127.0.0.1:0`, `grpc_*_port=0`): the server binds a port the
 system picks and writes the ports it got to `ports_file` (`ports.json` in its working directory), which `start`
@@ -26,7 +28,10 @@ import serve
 from serve import nn
 from serve.archive import package
 
-START_SECONDS = 60
+# Bounds for a machine at a load of 10, not targets: reached only by a server that neither gets ready nor exits.
+START_SECONDS = 900
+STOP_SECONDS = 300  # SIGTERM -> exit: the listeners' 30 s drain, then the workers' (unregister_model_timeout)
+PROBE_SECONDS = 10  # one /ping while the machine is loaded
 
 # A function entry point (TorchServe's `module:function` form): echoes each request, records batch sizes,
 # and misbehaves on request: "sleep" takes a second, "hold" waits (up to a minute) until `<log>.release` exists,
@@ -121,25 +126,43 @@ class ServerProcess:
     def start(self, healthy: bool = True) -> ServerProcess:
         """Start and wait until `/ping` says Healthy (with `healthy=False`: until it answers at all). A restart
         gets new ports."""
+        self.launch()
+        return self.wait_ready(healthy)
+
+    def start_args(self) -> list[str]:
+        """The arguments of `serve start` after `--foreground`: this server's store, config and flags."""
+        return ["--model-store", str(self.store), "--ts-config", str(self.workdir / "config.properties"), *self.flags]
+
+    def launch(self, cmd: list[str] | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start the server process without waiting: `cmd` (default `python -m serve.cli.main start --foreground`
+        with start_args) in the working directory, with `env` (default this environment) and TMPDIR there."""
         self.ports_file.unlink(missing_ok=True)
         self.ports = {}
-        cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--model-store", str(self.store),
-               "--ts-config", str(self.workdir / "config.properties"), *self.flags]  # fmt: skip
-        env = dict(os.environ, TMPDIR=str(self.workdir))
+        cmd = cmd or [sys.executable, "-m", "serve.cli.main", "start", "--foreground", *self.start_args()]
+        env = dict(os.environ if env is None else env, TMPDIR=str(self.workdir))
         with open(self.workdir / "server.log", "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return self.proc
+
+    def read_ports(self) -> bool:
+        """Whether the server has written its ports (once every listener is bound); `ports` holds them."""
+        if not self.ports and self.ports_file.exists():  # written whole (renamed into place)
+            self.ports = json.loads(self.ports_file.read_text())
+        return bool(self.ports)
+
+    def wait_ready(self, healthy: bool = True) -> ServerProcess:
+        """Wait until the launched server's `/ping` says Healthy (`healthy=False`: answers at all); RuntimeError
+        with its log when it exits first or is not ready within START_SECONDS (then it is killed)."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log()}")
-            if not self.ports:
-                if self.ports_file.exists():  # written whole (renamed into place) once every listener is bound
-                    self.ports = json.loads(self.ports_file.read_text())
-                else:
-                    time.sleep(0.05)
-                    continue
+            if not self.read_ports():
+                time.sleep(0.05)
+                continue
             try:
-                if httpx.get(self.inference + "/ping", timeout=2).status_code == 200 or not healthy:
+                if httpx.get(self.inference + "/ping", timeout=PROBE_SECONDS).status_code == 200 or not healthy:
                     return self  # ready: the startup models have loaded
             except httpx.TransportError:
                 pass
@@ -148,7 +171,7 @@ class ServerProcess:
         self.proc.wait(10)
         raise RuntimeError(f"serve did not answer /ping within {START_SECONDS} s:\n{self.log()}")
 
-    def stop(self, timeout: float = 60) -> int:
+    def stop(self, timeout: float = STOP_SECONDS) -> int:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(signal.SIGTERM)
