@@ -142,6 +142,7 @@ class Call:
         self._queued = 0  # bytes of whole messages waiting for the handler
         self._held = 0  # bytes not given back to the stream's window while too much waits
         self._ended = False
+        self._streaming_request = False  # the method reads a stream of messages (known once its handler is)
         self._arrived = asyncio.Event()
         self._encoding = "identity"
         self._deserialize: Callable[[bytes], Any] | None = None
@@ -201,6 +202,8 @@ class Call:
             del buffer[: 5 + length]
             taken += 5 + length
         self._queued += taken
+        if self._streaming_request:  # between two messages a streaming call may rightly go quiet
+            self.stream.may_idle = not buffer
         self.connection.buffered(self.stream, self._queued + len(buffer))
         if self._queued > QUEUED_BYTES:  # the handler is behind: the client waits for it through its window
             self._held += len(data)
@@ -324,6 +327,8 @@ class Call:
             if handler is None:
                 raise _Status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             self._deserialize = handler.request_deserializer or _identity
+            self._streaming_request = handler.stream_unary is not None or handler.stream_stream is not None
+            self.stream.may_idle = self._streaming_request and not self._buffer
             self._serialize = handler.response_serializer or _identity
             await self._call(handler)
             return self.context._code or grpc.StatusCode.OK, self.context._details

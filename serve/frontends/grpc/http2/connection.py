@@ -32,6 +32,8 @@ Decisions, and why:
   (its buffer is above the high-water mark: a client that sends PINGs and reads no acknowledgements), we stop
   reading from it. At most FRAMES_PER_TURN frames are handled per turn of the event loop; the rest wait for the
   next turn with reading paused, so one connection cannot hold the loop that every other client shares.
+- A connection error sends GOAWAY and half-closes; what the peer still sends is dropped unread until the socket
+  closes (LINGER_SECONDS), so the peer reads why instead of a reset.
 - Malformed requests (section 8: request_headers.py) and frames that break a stream's state are stream errors;
   frames that break the connection's state are connection errors, each with the code the RFC names (5.1, 6.x).
   Frames for a stream we reset are ignored for as long as we remember it (the last RECENT_RESETS streams), as the
@@ -98,6 +100,7 @@ PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer 
 PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
 FRAMES_PER_TURN = 512  # frames handled per turn of the event loop before the connection yields
 RECENT_RESETS = 256  # streams we reset whose late frames are still ignored
+LINGER_SECONDS, LINGER_BYTES = 2.0, 16 << 20  # after a connection error: how long, and how much, is read and dropped
 INITIAL_STREAM_WINDOW = DEFAULT_WINDOW  # a new stream's window, before its first WINDOW_UPDATE grows it
 SELF_DEPENDENT = 0x100  # beside a header block's HEADERS flags: its priority names its own stream
 
@@ -190,6 +193,9 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         self._paused = set[str]()  # why reading is paused: "write" (the transport is full), "turn" (frames left)
         self._draining = False
+        self._failed = False  # a connection error ended it: GOAWAY sent, what still arrives is dropped
+        self._aborted = False
+        self._lingered = 0
         self._preface_timer: asyncio.TimerHandle | None = None
         self.flood = FloodGuard()
         self.closed = asyncio.Event()
@@ -200,8 +206,8 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
-        if self.connections is not None and not self.connections.opened(self):
-            transport.close()  # every other connection is serving a request: no room for one more
+        if self._aborted or (self.connections is not None and not self.connections.opened(self)):
+            transport.close()  # evicted before it was made, or every other connection is serving: no room for it
             return
         peer = transport.get_extra_info("peername")
         self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if peer and ":" in str(peer[0]) else f"ipv4:{peer[0]}:{peer[1]}"
@@ -219,6 +225,11 @@ class Connection(asyncio.Protocol):
             self._fail(ConnectionError(f"no HTTP/2 preface within {PREFACE_SECONDS:g} s"))
 
     def data_received(self, data: bytes) -> None:
+        if self._failed:  # GOAWAY sent: dropped until the connection closes, at most LINGER_BYTES of it
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES and self.transport is not None:
+                self.transport.close()
+            return
         self._buffer += data
         self._read()
 
@@ -356,7 +367,9 @@ class Connection(asyncio.Protocol):
         self.abort()
 
     def abort(self) -> None:
-        """Reset every stream and close now (the grace period ran out, or the connection is evicted)."""
+        """Reset every stream and close now (the grace period ran out, or the connection is evicted); one not yet
+        made (accepted in the same burst) closes as soon as it is."""
+        self._aborted = True
         for stream in list(self.streams.values()):
             self.reset(stream)
             if stream.listener is not None:
@@ -370,6 +383,8 @@ class Connection(asyncio.Protocol):
     def tick(self, now: float) -> None:
         """Called about every second: end what has waited past its time bound (see the module docstring)."""
         limits = self.limits
+        if self._failed:
+            return
         if self._header_started is not None and now - self._header_started > limits.header_timeout:
             self._fail(ConnectionError(f"a header block not finished within {limits.header_timeout:g} s",
                                        errors.NO_ERROR))  # fmt: skip
@@ -777,14 +792,26 @@ class Connection(asyncio.Protocol):
             self.flood.reset()
 
     def _fail(self, exc: Http2Error) -> None:
+        """GOAWAY saying why, then close. The socket is half-closed first and what the peer still sends is read
+        and dropped for up to LINGER_SECONDS: closing with unread bytes would reset the connection, and the peer
+        could lose the GOAWAY before reading it."""
         log.info("HTTP/2 connection from %s ended: %s", self.peer, exc)
         self._frame(GOAWAY, 0, 0, struct.pack(">II", self.last_stream_id, exc.code) + str(exc).encode()[:256])
         self._flush()
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
-        if self.transport is not None:
-            self.transport.close()
         self._buffer.clear()
+        self._failed = True
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        transport.write_eof()
+        self._paused.clear()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
 
     def _close_if_done(self) -> None:
         if self._draining and not self.streams and self.transport is not None and not self.transport.is_closing():
@@ -840,6 +867,6 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and self.transport is not None and not self.transport.is_closing():
+        if self._out and self.transport is not None and not self.transport.is_closing() and not self._failed:
             self.transport.write(bytes(self._out))
         self._out.clear()

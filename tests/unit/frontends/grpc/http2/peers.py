@@ -3,7 +3,7 @@
 
 `/test.Echo/Call` echoes its request; `sleep<seconds>` sleeps first, `big<n>` answers n bytes, `hold` waits (30 s)
 until cancelled and records it in RELEASED. `/test.Echo/Stream` answers int(request) messages of 100 kB, counted
-in YIELDED.
+in YIELDED. `/test.Echo/Collect` (client streaming) answers its requests joined.
 """
 
 from __future__ import annotations
@@ -126,10 +126,16 @@ async def stream_handler(request: bytes, context: Any) -> Any:
         yield b"s" * 100_000
 
 
+async def collect(requests: Any, context: Any) -> bytes:
+    """Client streaming: the requests joined, once the client has sent its last."""
+    return b"".join([request async for request in requests])
+
+
 def make_server(**kwargs: Any) -> Server:
     server = Server(**kwargs)
     handlers = {"Call": grpc.unary_unary_rpc_method_handler(echo),
-                "Stream": grpc.unary_stream_rpc_method_handler(stream_handler)}  # fmt: skip
+                "Stream": grpc.unary_stream_rpc_method_handler(stream_handler),
+                "Collect": grpc.stream_unary_rpc_method_handler(collect)}  # fmt: skip
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Echo", handlers)])
     return server
 
@@ -227,11 +233,19 @@ class RawClient:
     async def until_closed(self, seconds: float = 20) -> None:
         await self._read(lambda: False, seconds)
 
+    async def poll(self, seconds: float) -> None:
+        """Read what arrives within `seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await self._read(lambda: False, seconds)
+
     async def _read(self, done: Callable[[], bool], seconds: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         while not done() and not self.closed:
-            chunk = await asyncio.wait_for(self.reader.read(65536), max(0.01, deadline - loop.time()))
+            try:
+                chunk = await asyncio.wait_for(self.reader.read(65536), max(0.01, deadline - loop.time()))
+            except (ConnectionResetError, BrokenPipeError):
+                chunk = b""
             if not chunk:
                 self.closed = True
             self._buffer += chunk
@@ -246,6 +260,10 @@ class RawClient:
                 if kind == 4 and not flags & 1 and not self.closed:
                     self.writer.write(frame(4, 1, 0, b""))
             self._buffer = buffer
+
+    async def settled(self) -> None:
+        """Wait for the server's SETTINGS (and so have acknowledged them): nothing more is written unasked."""
+        await self.until(lambda: any(kind == 4 and not flags & 1 for kind, flags, _, _ in self.frames))
 
     def ended(self, stream: int) -> bool:
         return any(s == stream and (k == 3 or (k in (0, 1) and f & 1)) for k, f, s, _ in self.frames)

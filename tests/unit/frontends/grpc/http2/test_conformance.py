@@ -230,4 +230,3 @@ def test_data_past_a_streams_window_is_flow_control_error() -> None:
         assert client.goaway_code() == errors.FLOW_CONTROL_ERROR
 
     _run(test, limits=Limits(buffer_budget=1000), max_receive_message_length=4 << 20)
-
