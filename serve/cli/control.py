@@ -1,7 +1,7 @@
 """What `serve start | stop | status` do: run in the foreground, launch in the background, stop, report.
 
 Only a background start refuses to run beside a server that holds the pid file (pidfile.py).
-Background start launches `python -m serve.cli.main start --foreground ...` in a new session (so a closing
+Background start launches `python -P -m serve.cli.main start --foreground ...` in a new session (so a closing
 terminal does not take it down), output appended to `{log_location}/serve.log`, and returns once the startup
 models are ready: `GET /ping` answers 200 (a 500 is the server saying it is starting, or unhealthy; any other
 status means something else answers there, and is taken as up). If the server logs that it is up but not healthy
@@ -10,6 +10,12 @@ plus a margin, the launch is undone (the server is stopped, the pid file removed
 shown, and the exit status is 1.
 Stop sends SIGTERM (the server drains in-flight requests), waits, then SIGKILLs the process group the launcher
 created; then it removes the pid file and `key_file.json`, as `torchserve --stop` does.
+
+Decision: the server process imports the serve this launcher runs, never one from the current directory. `-m`
+puts the working directory first on sys.path, and TorchServe's READMEs have users work beside a clone named
+`serve`, whose folder then shadowed the installed package ("cannot import name '__version__' from 'serve'"). `-P`
+(Python 3.11's safe path) leaves the working directory out, and PYTHONPATH starts with this package's root, so
+a source checkout that is not installed launches too.
 """
 
 from __future__ import annotations
@@ -39,7 +45,13 @@ NOT_HEALTHY = "but is not healthy"  # what serve/server.py logs when it is up wi
 
 def child_command(start_args: list[str]) -> list[str]:
     """The command a background start runs (tests replace it with a stand-in server)."""
-    return [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--background-child", *start_args]
+    return [sys.executable, "-P", "-m", "serve.cli.main", "start", "--foreground", "--background-child", *start_args]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of the server a background start runs: this package's root first on PYTHONPATH."""
+    root = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
 
 
 def start_wait(settings: Settings) -> float:
@@ -88,6 +100,7 @@ def start_background(settings: Settings, start_args: list[str], wait_s: float) -
         with open(log_file, "ab") as log:
             child = subprocess.Popen(
                 child_command(start_args),
+                env=child_environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

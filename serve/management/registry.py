@@ -83,23 +83,26 @@ class ModelRegistry:
         self._closing = False
         self._starting = True  # until start() has loaded the startup models: /ping is not ready before that
         self._started = False  # start() registered the startup models: a shutdown snapshot then records the models
+        self._refused: list[str] = []  # startup models that could not be registered: the start is refused
         self._budget = ExtractionBudget(settings.max_extracted_bytes_total)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Register the startup models: the snapshot's when there is one (it replaces load_models, as in
-        TorchServe), else load_models. Their workers load in parallel; a model that fails to load is logged and
-        stays registered with its workers retrying (describe shows the error)."""
+        TorchServe), else load_models. Every one must register: one that cannot (its archive is missing, its
+        model-config is refused) refuses the start with a ConfigError naming each such model, before any worker is
+        waited for, and health() is never ok (TorchServe logs it and says Healthy with the model missing). Their
+        workers then load in parallel; a model whose workers fail to load is logged and stays registered with its
+        workers retrying (describe shows the error; /ping stays unhealthy until one is READY)."""
         snapshot = self.settings.model_snapshot
         jobs = snapshot_models(snapshot) if snapshot else load_models(self.settings)
         if snapshot:
             await check_snapshot_archives(jobs, self.settings)  # an archive gone: refuse to start, as TorchServe
         try:
-            results = await asyncio.gather(*(self._register_at_startup(**job) for job in jobs), return_exceptions=True)
-            for job, result in zip(jobs, results):
-                if isinstance(result, BaseException):
-                    log.error("startup model %s was not registered: %s", job["url"], result)
+            added = await asyncio.gather(*(self._add_at_startup(**job) for job in jobs), return_exceptions=True)
+            registered = self._registered_or_refuse(jobs, added)
+            await asyncio.gather(*(self._wait_at_startup(mv, started) for mv, started in registered))
             for name, version in snapshot_defaults(snapshot):
                 if version in self._models.get(name, {}):
                     self._defaults[name] = version
@@ -118,17 +121,38 @@ class ModelRegistry:
         self._models.clear()
         self._defaults.clear()
 
-    async def _register_at_startup(self, url: str, model_name: str | None, workers: tuple[Any, Any] = (None, None),
-                                   **params: Any) -> None:  # fmt: skip
+    async def _add_at_startup(self, url: str, model_name: str | None, workers: tuple[Any, Any] = (None, None),
+                              **params: Any) -> tuple[ModelVersion, list[asyncio.Future[None]]]:  # fmt: skip
+        """Register one startup model and start its workers; (the version, the workers started)."""
         mv = await self._add(url, model_name, None, None, params, loaded_at_startup=True)
         low, high = workers
         low = mv.config.min_workers if low is None else low
         high = max(low, mv.config.max_workers if high is None else high)
         try:
-            started = self._scale(mv, ("minWorkers", low), ("maxWorkers", high))
+            return mv, self._scale(mv, ("minWorkers", low), ("maxWorkers", high))
         except InvalidInput:
             await self._remove(mv.name, mv.version)
             raise
+
+    def _registered_or_refuse(self, jobs: list[dict[str, Any]], results: list[Any]) -> list[tuple[ModelVersion, list]]:
+        """`_add_at_startup`'s results, or a ConfigError naming every startup model that could not be registered
+        and why (see start)."""
+        registered = []
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result
+            if isinstance(result, Exception):
+                named = f"{job['model_name']} ({job['url']})" if job["model_name"] else job["url"]
+                self._refused.append(f"{named}: {result}")
+            else:
+                registered.append(result)
+        if self._refused:
+            raise ConfigError(f"startup model(s) could not be registered: {'; '.join(self._refused)}. Fix the archive "
+                              "or its model-config, or leave the model out of --models/load_models (a snapshot's: "
+                              "start with --ncs)")  # fmt: skip
+        return registered
+
+    async def _wait_at_startup(self, mv: ModelVersion, started: list) -> None:
         try:
             await mv.pool.wait_ready(started, None)
         except ModelLoadError as e:
@@ -269,6 +293,8 @@ class ModelRegistry:
         READY one (its handler fails to load: its workers crash-loop), so a readiness probe on /ping keeps traffic
         away until every startup model can answer. A version registered later is unhealthy only once all of its
         workers gave up restarting."""
+        if self._refused:
+            return False, {"status": f"Unhealthy: startup model(s) could not be registered: {'; '.join(self._refused)}"}
         if self._starting:
             return False, {"status": "Starting: the startup models are loading"}
         details: dict[str, Any] = {}

@@ -185,7 +185,6 @@ def test_snapshots_are_written_on_change_and_restored_on_start(tmp_path):
                 "maxBatchDelay": 100, "responseTimeout": 120, "startupTimeout": 20,
             }  # fmt: skip
         async with running(tmp_path, model_snapshot=saved, load_models=("other",)) as restored:
-            await restored.start()
             d = restored.describe("m")[0]
             assert (d["batchSize"], d["minWorkers"], d["loadedAtStartup"]) == (3, 0, True)
 
@@ -232,6 +231,32 @@ def test_a_snapshot_whose_archive_is_gone_refuses_to_start(tmp_path):
     run(scenario())
 
 
+def test_a_startup_model_that_cannot_be_registered_refuses_the_start(tmp_path):
+    """A missing archive and a refused model-config key: one ConfigError naming both, never healthy, and no
+    startup snapshot that would restore the server without them."""
+    model_dir(tmp_path, "good", CONTROL_HANDLER)
+    model_dir(tmp_path, "stateful", CONTROL_HANDLER, config="sequenceBatching: true\n")
+    snapshots = tmp_path / "snapshots"
+    load = ("good-1.0", "gone=missing.mar", "stateful-1.0")
+
+    async def scenario():
+        registry = ModelRegistry(settings(tmp_path, load_models=load, ncs=False, snapshot_dir=snapshots),
+                                 ServerMetrics())  # fmt: skip
+        try:
+            with pytest.raises(ConfigError) as refused:
+                await registry.start()
+            message = str(refused.value)
+            assert message.startswith("startup model(s) could not be registered: gone (missing.mar): ")
+            assert "; stateful-1.0: " in message and "sequenceBatching" in message and "good" not in message
+            healthy, details = registry.health()
+            assert not healthy and "gone (missing.mar)" in details["status"]
+        finally:
+            await registry.shutdown(10)
+        assert latest_snapshot(snapshots) is None
+
+    run(scenario())
+
+
 def test_start_loads_all_models_of_the_store(tmp_path):
     model_dir(tmp_path, "a", CONTROL_HANDLER)
     model_dir(tmp_path, "b", CONTROL_HANDLER)
@@ -239,7 +264,6 @@ def test_start_loads_all_models_of_the_store(tmp_path):
 
     async def scenario():
         async with running(tmp_path, load_models=("all",), default_workers_per_model=0) as reg:
-            await reg.start()
             assert [m["modelName"] for m in reg.list_models()["models"]] == ["a", "b"]
 
     run(scenario())
