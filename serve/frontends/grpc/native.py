@@ -53,13 +53,15 @@ class Server:
     def __init__(self, interceptors: Sequence[grpc.aio.ServerInterceptor] | None = None,
                  max_receive_message_length: int = DEFAULT_MESSAGE_LIMIT,
                  max_send_message_length: int = DEFAULT_MESSAGE_LIMIT,
-                 limits: Limits | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
+                 limits: Limits | None = None, connections: OpenConnections | None = None,
+                 connection_class: type[Connection] = Connection) -> None:  # fmt: skip
         self.interceptors = list(interceptors or ())
         self.max_receive_message_length = max_receive_message_length
         self.max_send_message_length = max_send_message_length
         self.limits = limits or Limits()
         self.open_connections = connections or OpenConnections()  # the process's, shared with REST in server.py
         self._budget = Budget()
+        self._connection_class = connection_class  # another HTTP/2 layer with Connection's interface (benchmarks)
         self._ticker: asyncio.Task[None] | None = None
         self._registered: dict[str, grpc.RpcMethodHandler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
@@ -141,7 +143,7 @@ class Server:
         return self._lookup(details)
 
     def _connection(self) -> Connection:
-        connection = Connection(self._call, self.limits, self._budget, self.open_connections)
+        connection = self._connection_class(self._call, self.limits, self._budget, self.open_connections)
         if len(self._connections) >= self.limits.max_idle_connections:  # else fewer are idle than the limit
             idle = [c for c in self._connections if c.idle_since is not None]
             if len(idle) >= self.limits.max_idle_connections:  # as the REST listeners do: the one idle longest goes
