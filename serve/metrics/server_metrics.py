@@ -32,6 +32,9 @@ Decisions:
   are held as gauges that only grow, and the page (text_format.py, TorchServe's simpleclient 0.9.0 text) types
   them `counter`, with no `_created` series and TorchServe's `{Level="Host",Hostname="h",}` label sets.
 - `model_version` is "default" when the request named no version, as in TorchServe.
+- What every request records is tallied in plain numbers and made into families when the page is collected
+  (request_tallies.py); the rest are prometheus-client metrics. One collector yields all of the server's own
+  families in the order above, so the page reads as before.
 """
 
 from __future__ import annotations
@@ -46,17 +49,15 @@ from prometheus_client.registry import Collector
 from serve.metrics import text_format
 from serve.metrics.backend_metrics import BackendMetrics
 from serve.metrics.gpu_metrics import GpuCollector
+from serve.metrics.request_tallies import MODEL_LABELS, RequestTallies
 from serve.metrics.worker_metrics import Reader, WorkerMemoryCollector
 
-MODEL_LABELS = ("model_name", "model_version", "hostname")
-HOST_LABELS = ("Level", "Hostname")
 # metrics_mode=legacy serves only these (TorchServe's three ts_* counters)
 LEGACY_NAMES = ("ts_inference_requests_total", "ts_inference_latency_microseconds", "ts_queue_latency_microseconds")
 # gauges that only grow: typed `counter` on the page (see Decisions)
 COUNTER_GAUGES = frozenset({"Requests2XX", "Requests4XX", "Requests5XX", "ts_inference_latency_microseconds",
                             "ts_queue_latency_microseconds"})  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 def _help(kind: str, unit: str) -> str:
@@ -70,35 +71,25 @@ class ServerMetrics:
         self.hostname = hostname or socket.gethostname()
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
-        self._responses = {
-            c: Gauge(f"Requests{c}XX", _help("counter", "Count"), HOST_LABELS, registry=reg).labels(
-                "Host", self.hostname
-            )
-            for c in "245"
-        }
-        self._requests = Counter("ts_inference_requests", _help("counter", "Count"), MODEL_LABELS, registry=reg)
-        self._latency_us = Gauge("ts_inference_latency_microseconds", _help("counter", "Microseconds"),
-                                 MODEL_LABELS, registry=reg)  # fmt: skip
-        self._queue_us = Gauge("ts_queue_latency_microseconds", _help("counter", "Microseconds"),
-                               MODEL_LABELS, registry=reg)  # fmt: skip
+        self._tallies = RequestTallies(self.hostname)
+        # not registered themselves: _ServerFamilies yields them between the tallied families, in the page's order
         self._errors = Counter("ts_inference_errors", "Inference answers with a status >= 400, by status code",
-                               MODEL_LABELS + ("code",), registry=reg)  # fmt: skip
-        self._latency_s = Histogram("ts_inference_latency_seconds", "End-to-end inference time in seconds",
-                                    MODEL_LABELS, buckets=LATENCY_BUCKETS, registry=reg)  # fmt: skip
-        self._queue_time = Gauge("QueueTime", _help("gauge", "Milliseconds"), HOST_LABELS, registry=reg)
+                               MODEL_LABELS + ("code",), registry=None)  # fmt: skip
         self._handler_time = Gauge("HandlerTime", _help("gauge", "Milliseconds"),
-                                   ("ModelName", "Level", "Hostname"), registry=reg)  # fmt: skip
+                                   ("ModelName", "Level", "Hostname"), registry=None)  # fmt: skip
         self._batch = Histogram("ts_batch_size", "Requests per batch sent to a worker", MODEL_LABELS,
-                                buckets=BATCH_BUCKETS, registry=reg)  # fmt: skip
-        self._queue_depth = Gauge("ts_queue_depth", "Requests waiting in the model's job queue", MODEL_LABELS,
-                                  registry=reg)  # fmt: skip
+                                buckets=BATCH_BUCKETS, registry=None)  # fmt: skip
         self._workers = Gauge("ts_model_workers", "Worker processes of the model: live ones and all of them",
-                              MODEL_LABELS + ("state",), registry=reg)  # fmt: skip
+                              MODEL_LABELS + ("state",), registry=None)  # fmt: skip
         self._restarts = Counter("ts_worker_restarts", "Workers replaced, by why: memory, unresponsive, "
-                                 "response_timeout, died", MODEL_LABELS + ("reason",), registry=reg)  # fmt: skip
+                                 "response_timeout, died", MODEL_LABELS + ("reason",), registry=None)  # fmt: skip
+        reg.register(_ServerFamilies(self._tallies, [
+            "Requests2XX", "Requests4XX", "Requests5XX", "ts_inference_requests", "ts_inference_latency_microseconds",
+            "ts_queue_latency_microseconds", self._errors, "ts_inference_latency_seconds", "QueueTime",
+            self._handler_time, self._batch, "ts_queue_depth", self._workers, self._restarts,
+        ]))  # fmt: skip
         self._worker_memory = WorkerMemoryCollector(self.hostname)
         reg.register(self._worker_memory)
-        self._request_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}  # (family, labels) -> child, see _child
         self._backend = BackendMetrics(reg, self.hostname)
         # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
@@ -116,31 +107,17 @@ class ServerMetrics:
 
     def http_response(self, status: int) -> None:
         """Requests2XX / 4XX / 5XX: one per HTTP response on any listener (1xx and 3xx count as 2XX)."""
-        cls = "4" if 400 <= status < 500 else "5" if status >= 500 else "2"
-        self._responses[cls].inc()
+        self._tallies.response(status)
 
     def request(self, model: str, version: str, status: int, latency_s: float) -> None:
         """One inference answered (or failed) after `latency_s` seconds end to end."""
         key = (model, version or "default")
-        children = self._request_children.get(key)
-        if children is None:  # .labels() takes a lock and builds a key each time: look the children up once
-            labels = (*key, self.hostname)
-            children = (
-                self._requests.labels(*labels),
-                self._latency_us.labels(*labels),
-                self._latency_s.labels(*labels),
-            )
-            self._request_children[key] = children
-        requests, latency_us, latency_s_hist = children
-        requests.inc()
-        latency_us.inc(latency_s * 1e6)
-        latency_s_hist.observe(latency_s)
+        self._tallies.request(key, latency_s)
         if status >= 400:
             self._errors.labels(*key, self.hostname, str(status)).inc()
 
     def queue_latency(self, model: str, version: str, seconds: float) -> None:
-        self._child(self._queue_us, model, version or "default", self.hostname).inc(seconds * 1e6)
-        self._child(self._queue_time, "Host", self.hostname).set(seconds * 1e3)
+        self._tallies.queue_latency((model, version or "default"), seconds)
 
     def handler_time(self, model: str, version: str, ms: float) -> None:
         """TorchServe's HandlerTime carries no version label; `version` is accepted for a uniform call."""
@@ -150,12 +127,12 @@ class ServerMetrics:
         self._child(self._batch, model, version or "default", self.hostname).observe(size)
 
     def queue_depth(self, model: str, version: str, depth: int) -> None:
-        self._child(self._queue_depth, model, version or "default", self.hostname).set(depth)
+        self._tallies.queue_depth((model, version or "default"), depth)
 
     def _child(self, family: Any, *labels: str) -> Any:
         """`family.labels(*labels)`, looked up once: `.labels()` takes a lock and builds its key on every call, and
-        these are recorded for every request or batch. The label values are a registered model's name and version
-        (an unknown model records nothing), so the cache stays as small as the families."""
+        these are recorded for every batch. The label values are a registered model's name and version, so the
+        cache stays as small as the families."""
         key = (family, labels)
         child = self._children.get(key)
         if child is None:
@@ -182,10 +159,9 @@ class ServerMetrics:
     def remove_model(self, model: str, version: str) -> None:
         """Forget a model version's gauges (its queue and workers), so an unregistered model stops showing."""
         labels = (model, version or "default", self.hostname)
-        self._queue_depth.remove(*labels)  # prometheus-client ignores label sets it does not hold
-        for state in ("live", "total"):
+        self._tallies.forget_depth((model, version or "default"))
+        for state in ("live", "total"):  # prometheus-client ignores label sets it does not hold
             self._workers.remove(*labels, state)
-        self._children.clear()  # a removed child must not be set again: the next record makes a new one
         self._worker_memory.forget(model, version or "default")
 
     def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:
@@ -202,6 +178,24 @@ class ServerMetrics:
         source: Collector = self.registry if names is None else _Filtered(self.registry, set(names))
         counters = COUNTER_GAUGES | self._backend.counters()
         return text_format.render(source.collect(), counters), text_format.CONTENT_TYPE
+
+
+class _ServerFamilies(Collector):
+    """The server's own families in the page's order: a tallied one (named) or a prometheus-client metric."""
+
+    def __init__(self, tallies: RequestTallies, order: list[Any]) -> None:
+        self._tallies = tallies
+        self._order = order
+
+    def describe(self) -> Iterable[Any]:  # the registry reserves these names: a handler metric cannot take one
+        return self.collect()
+
+    def collect(self) -> Iterable[Any]:
+        for source in self._order:
+            if isinstance(source, str):
+                yield self._tallies.family(source)
+            else:
+                yield from source.collect()
 
 
 class _Filtered(Collector):

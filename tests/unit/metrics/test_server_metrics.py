@@ -124,8 +124,32 @@ def test_instances_are_independent():
     assert "ts_inference_requests_total{" not in _page(second)
 
 
-def test_per_request_and_per_batch_records_look_up_each_label_set_once(monkeypatch):
-    """`.labels()` takes a lock and builds a key: the hot path records through children looked up once."""
+def test_what_every_request_records_makes_no_prometheus_client_call():
+    """prometheus-client checks and locks on every inc/set/observe: a request's records are plain tallies
+    (request_tallies.py); the page still shows them (the tests above)."""
+    import sys
+
+    metrics = ServerMetrics(hostname="h")
+    calls: list[str] = []
+
+    def count(frame, event, arg):
+        if event == "call" and "prometheus_client" in frame.f_code.co_filename:
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(count)
+    try:
+        for _ in range(5):
+            metrics.http_response(200)
+            metrics.request("m", "1.0", 200, 0.001)
+            metrics.queue_latency("m", "1.0", 0.002)
+            metrics.queue_depth("m", "1.0", 3)
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+
+
+def test_per_batch_records_look_up_each_label_set_once(monkeypatch):
+    """`.labels()` takes a lock and builds a key: per-batch records go through children looked up once."""
     import prometheus_client.metrics
 
     looked_up: list[tuple[str, ...]] = []
@@ -138,13 +162,11 @@ def test_per_request_and_per_batch_records_look_up_each_label_set_once(monkeypat
     metrics = ServerMetrics(hostname="h")
     monkeypatch.setattr(prometheus_client.metrics.MetricWrapperBase, "labels", spy)
     for _ in range(5):
-        metrics.http_response(200)
-        metrics.request("m", "1.0", 200, 0.001)
-        metrics.queue_latency("m", "1.0", 0.002)
-        metrics.queue_depth("m", "1.0", 3)
         metrics.batch("m", "1.0", 8)
         metrics.handler_time("m", "1.0", 1.5)
-    assert len(looked_up) == 8  # the 3 request children, queue latency (us and ms), depth, batch size, handler time
+    assert looked_up == [("m", "1.0", "h"), ("m", "Model", "h")]
+    metrics.queue_depth("m", "1.0", 3)
     metrics.remove_model("m", "1.0")
-    metrics.queue_depth("m", "1.0", 4)  # a removed label set is made again, not set on a forgotten child
+    assert "ts_queue_depth{" not in _page(metrics)
+    metrics.queue_depth("m", "1.0", 4)  # recorded again after the removal: shown again
     assert _value(_page(metrics), f"ts_queue_depth{{{MODEL}}}") == 4.0
