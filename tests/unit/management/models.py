@@ -3,7 +3,7 @@
     async def scenario():
         async with running(tmp_path) as registry:     # shut down however the scenario ends
             ...
-    run(scenario(), timeout=20)                       # one event loop per test, bounded in time
+    run(scenario())                                   # one event loop per test, bounded in time
 
 CONTROL_HANDLER does what each request's body says ("ok", "sleep:0.5", "exit", "raise", "predict_error",
 "wrong_count", "teapot"), prints to stdout (which must not corrupt the channel), and appends each batch's size to
@@ -24,6 +24,10 @@ from serve.batching import InferenceRequest
 from serve.config import Settings
 from serve.management import ModelRegistry
 from serve.metrics import ServerMetrics
+
+# Bounds for a machine at a load of 10 (worker processes start in seconds there), reached only by a scenario that hangs
+STARTUP_S = 120
+SCENARIO_S = 300
 
 CONTROL_HANDLER = """
 import os, time
@@ -102,8 +106,9 @@ def model_dir(root: Path, name: str, handler: str, version: str = "1.0", config:
 
 
 def settings(store: Path, **overrides: Any) -> Settings:
-    """Settings for a test: the model store, no snapshots, short timeouts."""
-    base = Settings(model_store=store, ncs=True, unregister_model_timeout=10, default_startup_timeout=20)
+    """Settings for a test: the model store, no snapshots, a short drain; a worker may take as long to load as a
+    machine at a load of 10 needs (default_startup_timeout: tests of that timeout set their own)."""
+    base = Settings(model_store=store, ncs=True, unregister_model_timeout=10, default_startup_timeout=STARTUP_S)
     return dataclasses.replace(base, **overrides)
 
 
@@ -128,6 +133,6 @@ async def running(store: Path, **overrides: Any) -> AsyncIterator[ModelRegistry]
         await registry.shutdown(10)
 
 
-def run(coro: Coroutine[Any, Any, Any], timeout: float = 20) -> Any:
+def run(coro: Coroutine[Any, Any, Any], timeout: float = SCENARIO_S) -> Any:
     """Run one scenario on a fresh event loop, failing it after `timeout` s instead of hanging."""
     return asyncio.run(asyncio.wait_for(coro, timeout))

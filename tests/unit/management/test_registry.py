@@ -15,7 +15,7 @@ from serve.errors import ConfigError, InvalidInput, ModelNotFound, ServeError
 from serve.management.registry import ModelRegistry
 from serve.management.snapshot import latest_snapshot
 from serve.metrics import ServerMetrics
-from tests.unit.management.models import CONTROL_HANDLER, model_dir, request, run, running, settings
+from tests.unit.management.models import CONTROL_HANDLER, STARTUP_S, model_dir, request, run, running, settings
 
 
 def mar(tmp_path, name: str, version: str, config: str | None = None):
@@ -85,7 +85,7 @@ def test_scale_up_and_down(tmp_path):
             with pytest.raises(InvalidInput, match=re.escape("max_worker cannot be less than min_worker.")):
                 await reg.scale("m", None, 3, 1)
             assert await reg.scale("m", None, 1, 1) == "Processing worker updates..."
-            for _ in range(100):
+            for _ in range(600):  # 30 s for the worker scaled away to stop, on a loaded machine
                 if len(reg.describe("m")[0]["workers"]) == 1:
                     break
                 await asyncio.sleep(0.05)
@@ -182,7 +182,7 @@ def test_snapshots_are_written_on_change_and_restored_on_start(tmp_path):
             assert saved is not None and saved["modelCount"] == 1
             assert saved["models"]["m"]["1.0"] == {
                 "defaultVersion": True, "marName": root.name, "minWorkers": 0, "maxWorkers": 0, "batchSize": 3,
-                "maxBatchDelay": 100, "responseTimeout": 120, "startupTimeout": 20,
+                "maxBatchDelay": 100, "responseTimeout": 120, "startupTimeout": STARTUP_S,
             }  # fmt: skip
         async with running(tmp_path, model_snapshot=saved, load_models=("other",)) as restored:
             d = restored.describe("m")[0]

@@ -35,15 +35,15 @@ from tests.unit.management.models import (
 
 
 def test_batches_form_under_load_and_a_lone_request_is_not_held(tmp_path):
-    root = model_dir(tmp_path, "m", CONTROL_HANDLER, config="batchSize: 4\nmaxBatchDelay: 3000\n")
+    root = model_dir(tmp_path, "m", CONTROL_HANDLER, config="batchSize: 4\nmaxBatchDelay: 30000\n")
 
     async def scenario():
         async with running(tmp_path) as reg:
             await reg.register(root.name, initial_workers=1)
-            for i in range(3):  # concurrency 1: dispatched at once, not after the 3 s delay
+            for i in range(3):  # concurrency 1: dispatched at once, not after the 30 s delay (on any machine)
                 started = time.monotonic()
                 response = await reg.submit("m", None, request(f"ok{i}"))
-                assert response.status == 200 and time.monotonic() - started < 1.0
+                assert response.status == 200 and time.monotonic() - started < 15
             answers = await asyncio.gather(*(reg.submit("m", None, request(f"ok{i}")) for i in range(8)))
             assert [a.status for a in answers] == [200] * 8
             page = reg.metrics.render()[0].decode()
@@ -61,14 +61,14 @@ def test_queue_full_is_refused_at_once(tmp_path):
     async def scenario():
         async with running(tmp_path) as reg:
             await reg.register(root.name, initial_workers=1)
-            busy = asyncio.create_task(reg.submit("m", None, request("sleep:1")))
-            await asyncio.sleep(0.3)  # the worker took it; the queue is empty again
+            busy = asyncio.create_task(reg.submit("m", None, request("sleep:5")))
+            while not batch_sizes(root):  # until the worker took it and the queue is empty again
+                await asyncio.sleep(0.01)
             queued = [asyncio.create_task(reg.submit("m", None, request("ok"))) for _ in range(2)]
             await asyncio.sleep(0)
-            started = time.monotonic()
+            refused = reg.submit("m", None, request("ok"))
             with pytest.raises(QueueFull, match="job queue is full"):
-                await reg.submit("m", None, request("ok"))
-            assert time.monotonic() - started < 0.1
+                refused.send(None)  # at once: it fails before it ever waits
             assert reg.describe("m")[0]["jobQueueStatus"] == {"remainingCapacity": 0, "pendingRequests": 2}
             assert [r.status for r in await asyncio.gather(busy, *queued)] == [200, 200, 200]
 
@@ -130,7 +130,7 @@ def test_response_timeout_fails_the_batch_and_recycles_the_worker(tmp_path):
             started = time.monotonic()
             with pytest.raises(RequestTimeout, match="response_timeout=1s"):
                 await reg.submit("m", None, request("sleep:30"))
-            assert time.monotonic() - started < 3
+            assert time.monotonic() - started < 15  # the timeout, not the handler's 30 s
             assert (await reg.submit("m", None, request("ok"))).status == 200
             assert reg.describe("m")[0]["workers"][0]["pid"] != first_pid
 
@@ -146,7 +146,7 @@ def test_a_worker_that_keeps_failing_gives_up_and_health_turns_false(tmp_path):
             assert reg.health() == (True, {"m": {"1.0": {"status": "Healthy", "liveWorkers": 1, "minWorkers": 1}}})
             with pytest.raises(WorkerError):
                 await reg.submit("m", None, request("exit"))
-            for _ in range(50):  # the slot gives up at once (no retry window)
+            for _ in range(600):  # the slot gives up at once (no retry window); 30 s for a loaded machine
                 if reg.describe("m")[0]["workers"][0]["status"] == "FAILED":
                     break
                 await asyncio.sleep(0.05)
