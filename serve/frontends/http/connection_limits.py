@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from serve.frontends.connections import OpenConnections
+from serve.frontends.http.exchange import Exchange
 
 DRAIN_SECONDS = 2.0
 DRAIN_MAX_BYTES = 64 * 1024 * 1024
@@ -196,6 +197,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         type(self).waiting.pop(self, None)
         super().on_headers_complete()
+        if type(self.cycle) is RequestResponseCycle:  # the request's cycle, answered in one write (exchange.py)
+            self.cycle.__class__ = Exchange
 
     # refusing
     def _too_large(self, why: str) -> None:
