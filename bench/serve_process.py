@@ -7,14 +7,17 @@
 Every listener is configured with port 0 and the server writes the ports it bound to `ports.json` (as the
 integration tests' tests/integration/server.py does): nothing picks a free port and binds it later. Token auth is
 off. `properties` become config.properties lines; `ready` is the path that must answer 200 before the server counts
-as started (`/ping` by default). The log is `server.log` in the working directory.
+as started (`/ping` by default); `nofile` lowers the server's RLIMIT_NOFILE. The log is `server.log` in the working
+directory.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -26,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class ServeProcess:
     def __init__(self, workdir: Path, store: Path, models: str, ready: str = "/ping", start_seconds: float = 60.0,
-                 **properties: object) -> None:  # fmt: skip
+                 nofile: int | None = None, **properties: object) -> None:  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.ports_file = workdir, workdir / "ports.json"
         self.ports_file.unlink(missing_ok=True)
@@ -39,7 +42,10 @@ class ServeProcess:
                "--models", models]  # fmt: skip
         env = dict(os.environ, TMPDIR=str(workdir), PYTHONPATH=str(ROOT))
         with open(workdir / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+            limit = None if nofile is None else functools.partial(resource.setrlimit, resource.RLIMIT_NOFILE,
+                                                                  (nofile, nofile))  # fmt: skip
+            self.proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=limit)  # fmt: skip
         self.ports = self._wait_ready(ready, start_seconds)
 
     def _wait_ready(self, path: str, seconds: float) -> dict[str, int]:

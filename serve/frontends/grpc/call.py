@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
-from serve.frontends.grpc.http2.connection import Connection, Stream
+from serve.frontends.grpc.http2.connection import Connection
+from serve.frontends.grpc.http2.stream import Stream
 
 if TYPE_CHECKING:
     from serve.frontends.grpc.native import Server
@@ -218,6 +219,9 @@ class Call:
 
     def on_reset(self) -> None:
         self.reset = True
+        self._messages.clear()  # the request's bytes go now, not when the garbage collector finds the call's cycle
+        self._buffer = bytearray()
+        self._queued = 0
         if self._task is not None and not self.finished:
             self._task.cancel()
 

@@ -36,7 +36,9 @@ import grpc
 
 from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.call import Call
-from serve.frontends.grpc.http2.connection import Budget, Connection, Limits, Stream
+from serve.frontends.grpc.http2.connection import Connection, Limits
+from serve.frontends.grpc.http2.receive import Budget
+from serve.frontends.grpc.http2.stream import Stream
 
 DEFAULT_MESSAGE_LIMIT = 4 * 1024 * 1024  # grpc's default receive limit
 TICK_SECONDS = 1.0  # how often each connection's time bounds are checked

@@ -10,17 +10,9 @@ streaming call between two messages).
 
 Decisions, and why:
 - Receiving is bounded by what we advertise, whatever the client sends. DATA beyond a stream's or the
-  connection's window is a connection error FLOW_CONTROL_ERROR (6.9.1). A stream starts with a 64 KiB window
-  (SETTINGS_INITIAL_WINDOW_SIZE) that grows to `stream_window` (256 KiB) with its first WINDOW_UPDATE; windows are
-  given back as the listener consumes bytes, in updates of at least half a window. The connection's window
-  (`connection_window`) is given back as frames are read: the streams' windows are what bound memory.
-- A listener consumes a message's bytes as they come (a message may be larger than the window), so what its calls
-  buffer is bounded by a budget: past `buffer_budget` bytes held by a connection's streams, or past
-  `server_buffer_budget` held by all connections of the server together, a stream's window is given back only to
-  its connection's leader (the first stream that buffered, until it holds nothing); the others wait. The leader
-  always advances, so no connection stalls on the budget. A connection thus holds at most about its budget, one
-  message and its streams' initial windows (256 x 64 KiB), and the server about its budget plus a message and
-  the initial windows per connection.
+  connection's window is a connection error FLOW_CONTROL_ERROR (6.9.1). The streams' windows and the memory budget
+  that bounds what their listeners buffer are receive.py's; the connection's window (`connection_window`) is given
+  back as frames are read.
 - Time bounds (`tick`, called every second by the server): a header block (HEADERS and its CONTINUATIONs) must be
   whole within `header_timeout` of its first byte (a block trickled byte by byte held a connection for ever); a
   stream whose request is unfinished, and that may not idle, must receive DATA at least every
@@ -57,7 +49,6 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.http2 import errors
@@ -92,7 +83,10 @@ from serve.frontends.grpc.http2.frames import (
     unpad,
 )
 from serve.frontends.grpc.http2.hpack import Decoder, encode
+from serve.frontends.grpc.http2.receive import Budget, ReceiveWindows
 from serve.frontends.grpc.http2.request_headers import Malformed, check_request, check_trailers, content_length
+from serve.frontends.grpc.http2.stream import INITIAL_STREAM_WINDOW, Listener, Stream
+from serve.frontends.heap import TRIM_AFTER_BYTES, trim_soon
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +95,6 @@ PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by th
 FRAMES_PER_TURN = 512  # frames handled per turn of the event loop before the connection yields
 RECENT_RESETS = 256  # streams we reset whose late frames are still ignored
 LINGER_SECONDS, LINGER_BYTES = 2.0, 16 << 20  # after a connection error: how long, and how much, is read and dropped
-INITIAL_STREAM_WINDOW = DEFAULT_WINDOW  # a new stream's window, before its first WINDOW_UPDATE grows it
 SELF_DEPENDENT = 0x100  # beside a header block's HEADERS flags: its priority names its own stream
 
 
@@ -118,55 +111,12 @@ class Limits:
     request_idle_timeout: float = 30.0  # seconds an unfinished request that may not idle may go without DATA
 
 
-class Budget:
-    """Body bytes held by the listeners of every connection of one server, against `server_buffer_budget`."""
-
-    __slots__ = ("held",)
-
-    def __init__(self) -> None:
-        self.held = 0
-
-
-class Listener(Protocol):
-    def on_data(self, data: bytes) -> None: ...
-    def on_end(self) -> None: ...
-    def on_reset(self) -> None: ...
-
-
-class Stream:
-    """One request stream: its headers, and what is owed to and from it."""
-
-    __slots__ = ("buffered", "expected", "grown", "headers", "held", "id", "last_data", "listener", "local_closed",
-                 "may_idle", "pending", "received", "recv_window", "remote_closed", "send_window", "sent",
-                 "trailers", "unacknowledged")  # fmt: skip
-
-    def __init__(self, stream_id: int, headers: list[tuple[str, str]], send_window: int, now: float) -> None:
-        self.id = stream_id
-        self.headers = headers
-        self.listener: Listener | None = None
-        self.send_window = send_window
-        self.recv_window = INITIAL_STREAM_WINDOW  # what the client may still send on it
-        self.grown = False  # its window has grown to Limits.stream_window
-        self.pending = bytearray()  # DATA payload waiting for window
-        self.trailers: bytes | None = None  # a trailer block waiting for `pending` to go
-        self.remote_closed = False
-        self.local_closed = False
-        self.unacknowledged = 0  # bytes consumed that no WINDOW_UPDATE has given back yet
-        self.sent: asyncio.Event | None = None  # set when `pending` falls under PENDING_BYTES (made when awaited)
-        self.buffered = 0  # body bytes its listener holds (what it said last)
-        self.held = 0  # bytes consumed but not given back to its window: the budget is spent
-        self.last_data = now  # when its request last made progress
-        self.may_idle = False  # set by the listener while the request may rightly go quiet
-        self.expected: int | None = None  # the request's content-length, when it declared one
-        self.received = 0  # body bytes received
-
-
 class Connection(asyncio.Protocol):
     def __init__(self, on_request: Callable[[Connection, Stream], Listener], limits: Limits | None = None,
                  budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
         self.on_request = on_request
         self.limits = limits or Limits()
-        self.budget = budget or Budget()
+        self.windows = ReceiveWindows(self.limits, budget or Budget(), self._window_update_for)
         self.connections = connections  # the process's connections, which this one joins
         self.streams: dict[int, Stream] = {}
         self.last_stream_id = 0
@@ -182,9 +132,7 @@ class Connection(asyncio.Protocol):
         self._peer_frame_size = FRAME_SIZE
         self._recv_window = self.limits.connection_window  # what the peer may still send, connection-wide
         self._received_unacknowledged = 0
-        self._buffered = 0  # sum of the streams' `buffered`
-        self._leader: Stream | None = None  # the stream whose window always opens (see the module docstring)
-        self._holding: dict[int, Stream] = {}  # streams with `held` bytes, in the order they were held
+        self._received_total = 0  # DATA bytes received in all
         self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window, in the order they blocked
         self._reset_ids: dict[int, None] = {}  # the last RECENT_RESETS streams we reset, oldest first
         self._out = bytearray()
@@ -242,6 +190,8 @@ class Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
         self._buffer = bytearray()  # a large read buffer goes back now, not when the last reference does
+        if self._received_total > TRIM_AFTER_BYTES:
+            trim_soon()  # what its calls buffered is freed by then: give the pages back (heap.py)
         self._writable.set()
         self.closed.set()
 
@@ -290,56 +240,16 @@ class Connection(asyncio.Protocol):
             self._forget(stream, notify=False)
 
     def consumed(self, stream: Stream, count: int) -> None:
-        """The listener took `count` body bytes: give them back to the peer's window once half a window is owed, or
-        hold them while the budget is spent and the stream is not the leader."""
-        if stream.remote_closed or stream.id not in self.streams:
-            return
-        if self._over_budget() and stream is not self._leader:
-            stream.held += count
-            self._holding[stream.id] = stream
-            return
-        self._credit(stream, count)
+        """The listener took `count` body bytes: they go back to the peer's window (receive.py says when)."""
+        if not stream.remote_closed and stream.id in self.streams:
+            self.windows.consumed(stream, count)
 
     def buffered(self, stream: Stream, count: int) -> None:
         """The listener now holds `count` body bytes of the stream (0: none)."""
-        change = count - stream.buffered
-        self._buffered += change
-        self.budget.held += change
-        stream.buffered = count
-        if count and self._leader is None:
-            self._leader = stream
-        elif not count and self._leader is stream:
-            self._leader = None
-        if self._holding:
-            self._release()
+        self.windows.held_by_listener(stream, count)
 
-    def _over_budget(self) -> bool:
-        limits = self.limits
-        return self._buffered > limits.buffer_budget or self.budget.held > limits.server_buffer_budget
-
-    def _release(self) -> None:
-        """Give held bytes back to their windows while the budget allows; a new leader's always."""
-        if self._leader is None:  # the first held stream that buffers: it can always finish its message
-            self._leader = next((s for s in self._holding.values() if s.buffered), None)
-        for stream in list(self._holding.values()):
-            if self._over_budget() and stream is not self._leader:
-                continue
-            del self._holding[stream.id]
-            held, stream.held = stream.held, 0
-            self._credit(stream, held)
-
-    def _credit(self, stream: Stream, count: int) -> None:
-        if stream.remote_closed or stream.id not in self.streams:
-            return
-        stream.unacknowledged += count
-        if stream.unacknowledged < (self.limits.stream_window if stream.grown else INITIAL_STREAM_WINDOW) // 2:
-            return
-        if not stream.grown and not self._over_budget():  # its first update grows its window to stream_window
-            stream.grown = True
-            stream.unacknowledged += self.limits.stream_window - INITIAL_STREAM_WINDOW
-        stream.recv_window += stream.unacknowledged
-        self._frame(WINDOW_UPDATE, 0, stream.id, struct.pack(">I", stream.unacknowledged))
-        stream.unacknowledged = 0
+    def _window_update_for(self, stream_id: int, increment: int) -> None:
+        self._frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", increment))
 
     async def drained(self, stream: Stream) -> None:
         """Return once the transport's buffer is below its high-water mark and under PENDING_BYTES of the stream's
@@ -529,6 +439,7 @@ class Connection(asyncio.Protocol):
             raise ConnectionError(f"DATA of {size} bytes past the connection's window ({self._recv_window} bytes "
                                   "left)", errors.FLOW_CONTROL_ERROR)  # fmt: skip
         self._recv_window -= size
+        self._received_total += size
         self._received_unacknowledged += size
         if self._received_unacknowledged >= self.limits.connection_window // 2:
             self._frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._received_unacknowledged))
@@ -542,10 +453,7 @@ class Connection(asyncio.Protocol):
             return
         if stream.remote_closed:
             raise StreamError(stream_id, "DATA after the stream's END_STREAM", errors.STREAM_CLOSED)
-        if size > stream.recv_window:
-            raise ConnectionError(f"DATA of {size} bytes on stream {stream_id} past its window ({stream.recv_window} "
-                                  "bytes left)", errors.FLOW_CONTROL_ERROR)  # fmt: skip
-        stream.recv_window -= size
+        self.windows.received(stream, size)
         body = unpad(flags, payload, stream_id)
         if not body and not flags & END_STREAM:
             self.flood.idle_frame("an empty DATA frame")
@@ -625,6 +533,7 @@ class Connection(asyncio.Protocol):
         stream.expected = expected
         size = sum(len(name) + len(value) + 32 for name, value in fields)
         self.streams[stream_id] = stream
+        self.windows.opened(stream)
         if size > self.limits.max_header_list_size:
             self.send_headers(stream, [(":status", "431")], end_stream=True)
             self._forget(stream, notify=False)
@@ -766,9 +675,7 @@ class Connection(asyncio.Protocol):
             stream.sent.set()
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        self._holding.pop(stream.id, None)
-        if stream.buffered or self._leader is stream:
-            self.buffered(stream, 0)
+        self.windows.forget(stream)
         if not self.streams:
             self.idle_since = time.monotonic()
         if notify and stream.listener is not None:
