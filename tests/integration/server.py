@@ -32,6 +32,7 @@ from serve.archive import package
 START_SECONDS = 900
 STOP_SECONDS = 300  # SIGTERM -> exit: the listeners' 30 s drain, then the workers' (unregister_model_timeout)
 PROBE_SECONDS = 10  # one /ping while the machine is loaded
+WAIT_SECONDS = 300  # for what the server does by itself: a worker restarted, requests queued, a model loaded
 
 # A function entry point (TorchServe's `module:function` form): echoes each request, records batch sizes,
 # and misbehaves on request: "sleep" takes a second, "hold" waits (up to a minute) until `<log>.release` exists,
