@@ -28,7 +28,7 @@ from serve.frontends.grpc.generated import inference_pb2 as ipb
 from serve.frontends.grpc.generated import inference_pb2_grpc as ipb_grpc
 from serve.frontends.grpc.generated import management_pb2 as mpb
 from serve.frontends.grpc.generated import management_pb2_grpc as mpb_grpc
-from tests.integration.server import UPPER, ServerProcess, lin_archive, recorder_archive
+from tests.integration.server import PROBE_SECONDS, UPPER, WAIT_SECONDS, ServerProcess, lin_archive, recorder_archive
 
 TIMEOUT = 30  # seconds per rpc
 
@@ -64,9 +64,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     flags = ("--ncs", "--enable-model-api", "--models", "lin=lin.mar,chunks=chunks.mar,upper=upper.mar")
     proc = ServerProcess(base / "run", store, *flags).start()
     try:
-        deadline = time.monotonic() + 60
-        while httpx.get(proc.inference + "/ping", timeout=5).status_code != 200:
-            assert time.monotonic() < deadline, f"models not ready within 60 s:\n{proc.log()}"
+        deadline = time.monotonic() + WAIT_SECONDS
+        while httpx.get(proc.inference + "/ping", timeout=PROBE_SECONDS).status_code != 200:
+            assert time.monotonic() < deadline, f"models not ready within {WAIT_SECONDS} s:\n{proc.log()}"
             time.sleep(0.2)
         yield proc
     finally:

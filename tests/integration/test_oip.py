@@ -26,7 +26,7 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 from serve.archive import package
-from tests.integration.server import UPPER, ServerProcess, lin_archive
+from tests.integration.server import UPPER, WAIT_SECONDS, ServerProcess, lin_archive
 
 EXPLAINER = """
 def handle(data, context):
@@ -66,9 +66,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = ServerProcess(base / "run", store, *flags).start()
     try:
         client = triton.InferenceServerClient(_url(proc), network_timeout=30)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WAIT_SECONDS
         while not all(client.is_model_ready(m.split("=")[0]) for m in MODELS.split(",")):
-            assert time.monotonic() < deadline, f"models not ready within 60 s:\n{proc.log()}"
+            assert time.monotonic() < deadline, f"models not ready within {WAIT_SECONDS} s:\n{proc.log()}"
             time.sleep(0.2)
         yield proc
     finally:
