@@ -137,10 +137,11 @@ def _batch_totals(metrics_url: str, model: str) -> tuple[float, float]:
 
 @contextlib.contextmanager
 def serving(
-    store: Path, name: str, extra: list[str] | None = None
+    store: Path, name: str, extra: list[str] | None = None, program: list[str] | None = None
 ) -> Iterator[tuple[dict[str, int], subprocess.Popen]]:
     """A `serve` process on free loopback ports (token auth off, model API on), ready to answer; its ports by
-    listener and the process; SIGTERM on exit. Config and log are `OUT/<name>.properties` and `OUT/<name>.log`."""
+    listener and the process; SIGTERM on exit. Config and log are `OUT/<name>.properties` and `OUT/<name>.log`.
+    `program`: what runs serve's command line (default `python -m serve.cli.main`; bench/serve_h2.py for one)."""
     ports = {n: _free_port() for n in ("inference", "management", "metrics", "grpc_inference", "grpc_management")}
     config = OUT / f"{name}.properties"
     config.write_text("\n".join([
@@ -148,8 +149,9 @@ def serving(
         f"grpc_inference_port={ports['grpc_inference']}", f"grpc_management_port={ports['grpc_management']}",
         *(extra or []),
     ]) + "\n")  # fmt: skip
-    cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--model-store", str(store),
-           "--ts-config", str(config), "--disable-token-auth", "--enable-model-api"]  # fmt: skip
+    cmd = [*(program or [sys.executable, "-m", "serve.cli.main"]), "start", "--foreground", "--ncs",
+           "--model-store", str(store), "--ts-config", str(config), "--disable-token-auth",
+           "--enable-model-api"]  # fmt: skip
     with open(OUT / f"{name}.log", "wb") as log:
         server = subprocess.Popen(cmd, cwd=OUT, stdout=log, stderr=subprocess.STDOUT)
     try:
