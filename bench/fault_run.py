@@ -15,6 +15,11 @@ Every request ends in exactly one bucket: answered (200 with its own echo), erro
 connection refused or reset: the client was told), hung (no answer within the client timeout, 30 s), lost (a 200
 carrying another request's answer, or a client still blocked after the phase's end plus the timeout). The promise
 is 0 hung and 0 lost. tests/integration/test_fault_run.py runs a shorter version.
+
+Each fault comes once the load is on (a first request answered) and each phase lasts until what it is about has
+happened (the queue overflowed); "after" is judged once the server had time to recover (a new worker READY):
+on a machine at a load of 10 clients and workers start in seconds, and a fixed schedule measured the machine.
+All of these waits are bounded by SETTLE_SECONDS.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +52,8 @@ from serve_process import ServeProcess  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 CLIENT_TIMEOUT = 30.0
-START_SECONDS = 60.0
+START_SECONDS = 900.0  # a bound for a loaded machine, not a target
+SETTLE_SECONDS = 120.0  # for the load to be on, the queue to overflow, a killed worker to be replaced
 
 ECHO = """
 import time
@@ -178,17 +185,17 @@ def kill_worker(base: Path, store: Path, clients: int, seconds: float) -> Phase:
     tally, stop = Tally(), threading.Event()
     try:
         threads = load(server.ports["inference"], "echo", clients, stop, tally)
+        settle(lambda: tally.answered > 0)
         time.sleep(min(2.0, seconds / 3))
         before = server.worker_pids("echo")
         os.kill(before[0], signal.SIGKILL)
         time.sleep(seconds - min(2.0, seconds / 3))
         stop.set()
         finish(threads, tally)
-        after = server.worker_pids("echo")
+        replaced = settle(lambda: _replaced(before, server.worker_pids("echo")))
         healthy = request("GET", server.ports["inference"], "/ping")[0] == 200
     finally:
         code = server.stop()
-    replaced = len(after) == len(before) and before[0] not in after
     note = (f"worker {before[0]} killed; {'a new worker took its place' if replaced else 'NOT replaced'}; "
             f"/ping {'200' if healthy else 'not 200'} after; server exit {code}")  # fmt: skip
     return Phase("kill -9 a worker", tally, note, code, healthy and replaced)
@@ -200,6 +207,7 @@ def overflow(base: Path, store: Path, clients: int, seconds: float) -> Phase:
     try:
         threads = load(server.ports["inference"], "slow", clients, stop, tally)
         time.sleep(seconds)
+        settle(lambda: tally.errored["HTTP 503"] > 0)
         stop.set()
         finish(threads, tally)
         healthy = request("GET", server.ports["inference"], "/ping")[0] == 200
@@ -213,6 +221,7 @@ def sigterm(base: Path, store: Path, clients: int, seconds: float) -> Phase:
     server = Server(base / "sigterm", store, "echo=echo.mar")
     tally, stop = Tally(), threading.Event()
     threads = load(server.ports["inference"], "echo", clients, stop, tally)
+    settle(lambda: tally.answered > 0)
     time.sleep(seconds)
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
@@ -229,6 +238,18 @@ def sigterm(base: Path, store: Path, clients: int, seconds: float) -> Phase:
     note = (f"SIGTERM after {seconds:g} s; server exit {code} in {exit_seconds:.1f} s; "
             f"port {'still open' if still_listening else 'closed'} after")  # fmt: skip
     return Phase("SIGTERM the server mid-load", tally, note, code, not still_listening)
+
+
+def settle(condition: Callable[[], bool]) -> bool:
+    """Wait (up to SETTLE_SECONDS) until `condition()`; whether it holds."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def _replaced(before: list[int], after: list[int]) -> bool:
+    return len(after) == len(before) and before[0] not in after
 
 
 def _listening(port: int) -> bool:

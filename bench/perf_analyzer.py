@@ -59,7 +59,7 @@ from serve_process import ServeProcess  # noqa: E402
 RESULTS = Path(__file__).with_name("RESULTS.md")
 BEGIN, END = "<!-- perf_analyzer:begin -->", "<!-- perf_analyzer:end -->"
 MODEL = "mlp"
-START_SECONDS = 90.0
+START_SECONDS = 900.0  # a bound for a loaded machine, not a target
 
 MLP_SOURCE = """
 from serve import nn

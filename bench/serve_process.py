@@ -7,8 +7,9 @@
 Every listener is configured with port 0 and the server writes the ports it bound to `ports.json` (as the
 integration tests' tests/integration/server.py does): nothing picks a free port and binds it later. Token auth is
 off. `properties` become config.properties lines; `ready` is the path that must answer 200 before the server counts
-as started (`/ping` by default); `nofile` lowers the server's RLIMIT_NOFILE. The log is `server.log` in the working
-directory.
+as started (`/ping` by default), waited for up to `start_seconds` (a bound for a machine at a load of 10: starting
+real models takes minutes there), ending at once if the server exits; `nofile` lowers the server's RLIMIT_NOFILE.
+The log is `server.log` in the working directory.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class ServeProcess:
-    def __init__(self, workdir: Path, store: Path, models: str, ready: str = "/ping", start_seconds: float = 60.0,
+    def __init__(self, workdir: Path, store: Path, models: str, ready: str = "/ping", start_seconds: float = 900.0,
                  nofile: int | None = None, **properties: object) -> None:  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.ports_file = workdir, workdir / "ports.json"
@@ -74,7 +75,7 @@ class ServeProcess:
 
 def status(port: int, path: str) -> int:
     """The HTTP status of GET `path` on 127.0.0.1:`port`, 0 when nothing answers."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         connection.request("GET", path)
         return connection.getresponse().status
