@@ -61,7 +61,8 @@ class Server:
         self.max_receive_message_length = max_receive_message_length
         self.max_send_message_length = max_send_message_length
         self.limits = limits or Limits()
-        self.open_connections = connections or OpenConnections()  # the process's, shared with REST in server.py
+        # the process's, shared with REST in server.py (an OpenConnections with none open is falsy: no `or`)
+        self.open_connections = OpenConnections() if connections is None else connections
         self._budget = Budget()
         self._connection_class = connection_class  # another HTTP/2 layer with Connection's interface (benchmarks)
         self._ticker: asyncio.Task[None] | None = None

@@ -80,7 +80,8 @@ async def stop_grpc_server(server: GrpcServer, grace: float) -> None:
 def create_grpc_servers(dataplane: DataPlane, settings: Settings, auth: TokenAuth,
                         connections: OpenConnections | None = None) -> list[GrpcServer]:  # fmt: skip
     """`connections`: the process's open connections (with the REST listeners'), for serve's own server."""
-    connections = connections or OpenConnections(settings.max_connections or None)
+    if connections is None:  # (an OpenConnections with none open is falsy)
+        connections = OpenConnections(settings.max_connections or None)
     inference = _server(settings, auth, INFERENCE, connections)
     inference_pb2_grpc.add_InferenceAPIsServiceServicer_to_server(
         TorchServeInferenceServicer(dataplane, settings.decode_input_request), inference
