@@ -37,7 +37,7 @@ from serve.config.properties import read_properties
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 INSTALL = ROOT / "docker" / "install.sh"
-START_SECONDS = 90
+START_SECONDS = 900  # a bound for a machine at a load of 10, not a target
 INSTALL_SECONDS = 600
 
 
@@ -293,7 +293,7 @@ def test_replay_install_and_serve(tmp_path: Path) -> None:
             assert proc.poll() is None, f"serve exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}"
             assert time.monotonic() < deadline, f"no /ping within {START_SECONDS} s:\n{log_path.read_text()[-4000:]}"
             try:
-                with urllib.request.urlopen(base + "/ping", timeout=2) as r:
+                with urllib.request.urlopen(base + "/ping", timeout=10) as r:
                     if r.status == 200 and json.loads(r.read()).get("status") == "Healthy":
                         break
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
@@ -314,7 +314,7 @@ def test_replay_install_and_serve(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            code = proc.wait(60)
+            code = proc.wait(300)  # the drain is bounded by the server (30 s + unregister_model_timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)

@@ -36,11 +36,10 @@ from tests.e2e.k8s_manifests import (
     render,
     replay,
 )
-from tests.integration.server import recorder_archive
+from tests.integration.server import PROBE_SECONDS, START_SECONDS, recorder_archive
 
 # pinned: grpc probes are GA since 1.27, PDB unhealthyPodEvictionPolicy is on by default since 1.27
 KUBERNETES_VERSION = "1.30.0"
-START_SECONDS = 60
 ISVC_API = "serving.kserve.io/v1beta1"
 
 
@@ -274,7 +273,7 @@ def test_a_server_started_like_the_container_answers_every_probe(tmp_path: Path,
                 assert _grpc_health(by_port[spec["grpc"]["port"]]) == "SERVING", probe
             else:
                 get = spec["httpGet"]
-                answer = httpx.get(f"http://127.0.0.1:{by_port[get['port']]}{get['path']}", timeout=5)
+                answer = httpx.get(f"http://127.0.0.1:{by_port[get['port']]}{get['path']}", timeout=PROBE_SECONDS)
                 assert answer.status_code == 200, (probe, answer.text)
         inference = f"http://127.0.0.1:{by_port[manifest_ports['inference']]}"
         answer = httpx.post(f"{inference}/predictions/rec", content=b"hi", timeout=30)
@@ -305,7 +304,7 @@ def _wait_for(url: str, proc: subprocess.Popen[bytes], tmp_path: Path) -> None:
         if proc.poll() is not None:
             pytest.fail(f"serve exited with {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-4000:]}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=PROBE_SECONDS).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -318,7 +317,8 @@ def _grpc_health(port: int) -> str:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        check = health_pb2.HealthCheckRequest(service="")
+        reply = health_pb2_grpc.HealthStub(channel).Check(check, timeout=PROBE_SECONDS)
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
@@ -332,7 +332,7 @@ def _check_scrape(pod: Pod, which: str, port: int) -> None:
         path = find(load_docs(ISVC_FILE), "InferenceService")["spec"]["predictor"]["annotations"][
             "prometheus.kserve.io/path"
         ]
-    text = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).text
+    text = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=PROBE_SECONDS).text
     series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
     for rule in yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["custom"]:
         used = set(re.findall(r"\b(ts_[a-z_]+)\{", rule["seriesQuery"] + rule["metricsQuery"]))
