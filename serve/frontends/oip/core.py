@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ from serve.batching import InferenceRequest, envelopes, json_values
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.oip import tensors
+from serve.frontends.request_ids import new_request_id
 
 SERVER_NAME = "serve"
 PLATFORM = "serve_python"
@@ -156,7 +156,7 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
     status and message."""
     if not request.inputs:
         raise InvalidInput("the inference request has no inputs: send at least one {name, datatype, shape, data}")
-    request_id = request.id or str(uuid.uuid4())
+    request_id = request.id or new_request_id()
     job = InferenceRequest(
         request_id=request_id,
         inputs={"body": json.dumps(handler_body(request)).encode()},

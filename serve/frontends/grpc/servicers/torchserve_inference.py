@@ -14,7 +14,6 @@ Deliberate differences from TorchServe:
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -26,6 +25,7 @@ from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import inference_pb2 as pb
 from serve.frontends.grpc.generated import inference_pb2_grpc as pb_grpc
 from serve.frontends.grpc.status import abort, code_for_status
+from serve.frontends.request_ids import new_request_id
 
 
 class TorchServeInferenceServicer(pb_grpc.InferenceAPIsServiceServicer):
@@ -66,7 +66,7 @@ class TorchServeInferenceServicer(pb_grpc.InferenceAPIsServiceServicer):
                 raise InvalidInput("Parameter model_name is required: set PredictionsRequest.model_name")
             headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
             headers.update(url_path="", explain="False")
-            job = InferenceRequest(request_id=str(uuid.uuid4()), inputs=dict(request.input), headers=headers,
+            job = InferenceRequest(request_id=new_request_id(), inputs=dict(request.input), headers=headers,
                                    decode=self.decode)  # fmt: skip
             response = await self.dataplane.predict(request.model_name, request.model_version or None, job)
         except Exception as exc:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -33,6 +32,7 @@ from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.http.routers.oip import dataplane_of, json_response, v2_errors
 from serve.frontends.oip import core
+from serve.frontends.request_ids import new_request_id
 
 
 async def alive(request: Request) -> Response:
@@ -88,7 +88,7 @@ async def _run(request: Request, explain: bool) -> list[Any]:
 
 async def _one(dataplane: DataPlane, name: str, instance: Any, headers: dict[str, str], explain: bool) -> Any:
     job = InferenceRequest(
-        request_id=str(uuid.uuid4()),
+        request_id=new_request_id(),
         inputs={"body": json.dumps(instance).encode()},
         content_types={"body": "application/json"},
         headers={
