@@ -217,6 +217,13 @@ class Call:
         self._ended = True
         self._arrived.set()
 
+    def on_abort(self, reason: str) -> None:
+        """The server closes the connection with this call in flight: UNAVAILABLE (a client may retry it elsewhere),
+        and the handler stops."""
+        self._finish(grpc.StatusCode.UNAVAILABLE, reason)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
     def on_reset(self) -> None:
         self.reset = True
         self._messages.clear()  # the request's bytes go now, not when the garbage collector finds the call's cycle

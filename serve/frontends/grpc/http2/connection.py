@@ -271,16 +271,19 @@ class Connection(asyncio.Protocol):
         self._close_if_done()
 
     def evict(self) -> None:
-        """Close now, the server needs the descriptor: GOAWAY, then reset what is in flight."""
+        """Close now, the server needs the descriptor: GOAWAY, then end what is in flight."""
         log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
         self.goaway()
-        self.abort()
+        self.abort("the server has too many connections open and closed this quiet one: retry the call")
 
-    def abort(self) -> None:
-        """Reset every stream and close now (the grace period ran out, or the connection is evicted); one not yet
-        made (accepted in the same burst) closes as soon as it is."""
+    def abort(self, reason: str = "the server is shutting down: retry the call") -> None:
+        """Close now (the grace period ran out, or the connection is evicted): each listener may answer with
+        `reason`, then every stream still open is reset. One not yet made (accepted in the same burst) closes as
+        soon as it is."""
         self._aborted = True
         for stream in list(self.streams.values()):
+            if stream.listener is not None:
+                stream.listener.on_abort(reason)
             self.reset(stream)
             if stream.listener is not None:
                 stream.listener.on_reset()

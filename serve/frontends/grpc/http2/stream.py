@@ -1,8 +1,9 @@
 """`Stream`: one request stream of a connection, what is owed to it and from it; `Listener`: what hears its request.
 
 A stream's request body goes to its listener (`on_data`, `on_end`; `on_reset` when the stream or the connection
-is lost). The connection keeps both flow-control windows here: `send_window` (what the client lets us send) and
-`recv_window` (what it may still send us, receive.py).
+is lost; `on_abort` just before the server closes the connection itself). The connection keeps both flow-control
+windows here: `send_window` (what the client lets us send) and `recv_window` (what it may still send us,
+receive.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ class Listener(Protocol):
     def on_data(self, data: bytes) -> None: ...
     def on_end(self) -> None: ...
     def on_reset(self) -> None: ...
+    def on_abort(self, reason: str) -> None:
+        """The server closes the connection now (it stops, or evicts it): answer with `reason` if there is time."""
 
 
 class Stream:

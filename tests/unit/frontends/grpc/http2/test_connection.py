@@ -313,3 +313,21 @@ def test_stop_lets_calls_in_flight_finish_and_takes_no_new_ones() -> None:
             await asyncio.open_connection("127.0.0.1", port)
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_call_still_running_when_the_grace_period_ends_is_unavailable() -> None:
+    async def main() -> None:
+        RELEASED.clear()
+        server = make_server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        client = RawClient(*await asyncio.open_connection("127.0.0.1", port))
+        client.call(1, b"hold")
+        await asyncio.sleep(0.2)
+        await server.stop(0.2)
+        await client.until(lambda: client.ended(1))
+        assert client.headers[1]["grpc-status"] == str(grpc.StatusCode.UNAVAILABLE.value[0])
+        assert "shutting down" in client.headers[1]["grpc-message"]
+        assert RELEASED == ["cancelled"]  # the handler was stopped too
+
+    asyncio.run(asyncio.wait_for(main(), 20))
