@@ -74,3 +74,24 @@ def test_the_reference_decoder_reads_what_we_encode() -> None:
 def test_decoding_errors(block: bytes, why: str) -> None:
     with pytest.raises(CompressionError):
         Decoder().decode(block)
+
+
+def test_repeated_fields_are_encoded_once_and_the_kept_ones_are_bounded(monkeypatch) -> None:
+    from serve.frontends.grpc.http2 import hpack as ours
+
+    answer = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0")]
+    made: list[tuple[str, str]] = []
+    encode_field = ours._encode_field
+
+    def counted(name: str, value: str) -> bytes:
+        made.append((name, value))
+        return encode_field(name, value)
+
+    monkeypatch.setattr(ours, "_encoded", {})
+    monkeypatch.setattr(ours, "_encode_field", counted)
+    blocks = {ours.encode(answer) for _ in range(100)}
+    assert made == answer and len(blocks) == 1
+    assert _fields(hpack.Decoder().decode(blocks.pop(), raw=True)) == answer  # the reference reads it
+    for i in range(3 * ours.ENCODED_KEPT):  # fields that never repeat (a message, a request id)
+        ours.encode([("grpc-message", f"call {i} failed")])
+    assert len(ours._encoded) <= ours.ENCODED_KEPT
