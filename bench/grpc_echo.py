@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/grpc_echo.py                       # every variant, 3 alternated blocks of 3 s each
     .venv/bin/python bench/grpc_echo.py --seconds 2 --rounds 5 aio sync-loop
+    .venv/bin/python bench/grpc_echo.py --concurrency 1 native native-h2   # one call in flight instead of 32
 
 Each variant is a server in its own process answering one unary rpc `/echo.Echo/Call` with its request bytes (no
 servicer code at all), driven by a grpc.aio client process with 32 calls in flight (TorchServe's `Predictions`
@@ -11,6 +12,8 @@ Variants:
 - `native`: serve's own HTTP/2 gRPC server (serve/frontends/grpc/native.py) on uvloop, the same bytes handler
   (what serve runs since the native server);
 - `native-pb`: `native` with the protobuf handler of `aio-pb`;
+- `native-h2`: `native` on bench/h2_connection.py's H2Connection (python-hyper's h2 state machine, with the same
+  protections as serve's connection) instead of serve's own HTTP/2 connection (issue 24 item 10);
 - `aio`: grpc.aio on uvloop (what serve runs), a generic handler taking and returning bytes;
 - `aio-opts`: the same with `grpc.so_reuseport` 0, `maximum_concurrent_rpcs`, compression off, and grpc's
   `optimization_target=throughput`;
@@ -40,7 +43,7 @@ import grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-VARIANTS = ["native", "native-pb", "aio", "aio-opts", "aio-pb", "aio-poll", "sync", "sync-loop"]
+VARIANTS = ["native", "native-pb", "native-h2", "aio", "aio-opts", "aio-pb", "aio-poll", "sync", "sync-loop"]
 ENV = {"aio-poll": {"GRPC_POLL_STRATEGY": "poll"}}  # the server process's environment, beside this one's
 METHOD = "/echo.Echo/Call"
 CONCURRENCY = 32
@@ -114,7 +117,12 @@ async def _serve_native(variant: str, port_file: Path) -> None:
         return request
 
     handler = _pb_handler() if variant == "native-pb" else grpc.unary_unary_rpc_method_handler(call)
-    server = Server()
+    if variant == "native-h2":
+        from bench.h2_connection import H2Connection
+
+        server = Server(connection_class=H2Connection)  # type: ignore[arg-type]
+    else:
+        server = Server()
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("echo.Echo", {"Call": handler})])
     port_file.write_text(str(server.add_insecure_port("127.0.0.1:0")))
     await server.start()
@@ -179,12 +187,15 @@ def block(variant: str, seconds: float, body: bytes) -> tuple[float, float]:
 
 
 def main() -> None:
+    global CONCURRENCY
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("variants", nargs="*", help=f"some of {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="calls in flight")
     parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    CONCURRENCY = args.concurrency
     if args.serve:
         serve_variant(args.serve[0], Path(args.serve[1]))
         return
@@ -198,7 +209,10 @@ def main() -> None:
             results[variant].append(block(variant, args.seconds, body))
             print(f"{variant}: {results[variant][-1][0]:.0f} calls/s, {results[variant][-1][1]:.3f} ms CPU/call",
                   flush=True)  # fmt: skip
-    print(f"\nload average {os.getloadavg()[0]:.1f}; medians of {args.rounds} blocks of {args.seconds:g} s:")
+    print(
+        f"\nload average {os.getloadavg()[0]:.1f}; {CONCURRENCY} in flight; medians of {args.rounds} blocks of "
+        f"{args.seconds:g} s:"
+    )
     print("| variant | calls/s | server CPU ms/call | range |\n|---|---:|---:|---:|")
     for variant, rows in results.items():
         cpu = [r[1] for r in rows]

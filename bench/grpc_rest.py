@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/grpc_rest.py            # prints a table
     .venv/bin/python bench/grpc_rest.py --write    # and replaces the gRPC table in bench/RESULTS.md
+    .venv/bin/python bench/grpc_rest.py --grpc-server serve-h2   # serve's gRPC on bench/h2_connection.py (h2)
 
 wrk speaks no gRPC, so both protocols are driven by one asyncio Python client in this process: for REST a minimal
 keep-alive HTTP/1.1 client on asyncio streams (httpx costs ~10x more per request and would measure itself), for
@@ -160,10 +161,13 @@ async def measure(rest_url: str, grpc_target: str, body: bytes, seconds: float, 
 
 
 def run(seconds: float, rounds: int, implementation: str) -> dict[str, list]:
+    """`implementation`: serve's grpc_server, or serve-h2: serve's native server on H2Connection (bench/serve_h2.py)."""
     store, payloads = OUT / "store", OUT / "payloads"
     build_archives(store)
     write_payloads(payloads)
-    with serving(store, "grpc_server", [f"grpc_server={implementation}"]) as (ports, process):
+    program = [sys.executable, str(ROOT / "bench" / "serve_h2.py")] if implementation == "serve-h2" else None
+    grpc_server = "serve" if implementation == "serve-h2" else implementation
+    with serving(store, "grpc_server", [f"grpc_server={grpc_server}"], program) as (ports, process):
         register(ports, "mlp")
         body = (payloads / "mlp.json").read_bytes()
         rest_url = f"http://127.0.0.1:{ports['inference']}/predictions/mlp"
@@ -197,13 +201,17 @@ def table(results: dict[str, list], command: str, seconds: float, server: str) -
 
 
 def main() -> None:
+    global CONCURRENCY
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of one block")
     parser.add_argument("--rounds", type=int, default=3, help="blocks per protocol")
-    parser.add_argument("--grpc-server", default="serve", choices=("serve", "grpcio"),
-                        help="the server's grpc_server: serve's own HTTP/2 server or grpc.aio")  # fmt: skip
+    parser.add_argument("--grpc-server", default="serve", choices=("serve", "grpcio", "serve-h2"),
+                        help="the server's grpc_server: serve's own HTTP/2 server or grpc.aio; serve-h2: serve's "
+                             "server on the h2-based connection of bench/h2_connection.py")  # fmt: skip
     parser.add_argument("--write", action="store_true", help="replace the gRPC table in bench/RESULTS.md")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="requests in flight")
     args = parser.parse_args()
+    CONCURRENCY = args.concurrency
     results = run(args.seconds, args.rounds, args.grpc_server)
     text = table(results, "python bench/grpc_rest.py " + " ".join(sys.argv[1:]), args.seconds, args.grpc_server)
     print(text)

@@ -6,6 +6,9 @@ connection (a malformed request ends the connection), bench/RESULTS.md says so; 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -205,3 +208,17 @@ def test_at_most_frames_per_turn_are_handled_and_reading_pauses_while_writes_bac
         assert transport.reading
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_the_launcher_builds_serves_grpc_servers_on_h2connection() -> None:
+    from bench.serve_h2 import H2Server
+
+    assert H2Server()._connection_class is H2Connection
+
+
+def test_grpc_echo_measures_the_native_h2_variant() -> None:
+    root = Path(__file__).resolve().parents[3]
+    cmd = [sys.executable, str(root / "bench" / "grpc_echo.py"), "--seconds", "0.3", "--rounds", "1", "native-h2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    [row] = [line for line in out.splitlines() if line.startswith("| native-h2 |")]
+    assert float(row.split("|")[3]) > 0, row  # server CPU ms per call
