@@ -17,11 +17,11 @@ equivalent (the same code or the same rules as connection.py):
   are handed to h2 per turn of the event loop (the rest wait, reading paused); frames that do no work go through
   serve's FloodGuard (http2/flood.py) and resets through its reset count, ending the connection with
   ENHANCE_YOUR_CALM; a header block or a frame other than DATA left unfinished starts the header clock.
-- Receive windows and the budget: a stream starts with 64 KiB and grows to `Limits.stream_window` with its first
-  update, given back as the listener consumes bytes and, past `buffer_budget` or the server's budget (`Budget`,
-  shared with serve's connections), only to the connection's leader; the connection's window is given back as
-  DATA is read (`increment_flow_control_window`; h2's own `acknowledge_received_data` would give it back only as
-  the listener consumes, and has no budget).
+- Receive windows and the budget: serve's ReceiveWindows (http2/receive.py, with the server's shared `Budget`)
+  decides every stream's WINDOW_UPDATE, which h2 sends (`increment_flow_control_window`); the connection's window
+  is given back as DATA is read (h2's own `acknowledge_received_data` would give it back only as the listener
+  consumes, and has no budget). A connection that received more than TRIM_AFTER_BYTES trims the C heap when it
+  closes (serve/frontends/heap.py). Streams are serve's `Stream` (http2/stream.py); h2 keeps their send windows.
 - Time bounds (`tick`), reading paused while the transport cannot take what we write, one `transport.write` per turn,
   and a connection error that half-closes and lingers so that the peer reads the GOAWAY.
 - A graceful GOAWAY (`goaway`) is written here, beside h2: h2's `close_connection` moves its state machine to
@@ -56,16 +56,7 @@ import h2.settings
 from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.http2 import connection as ours
 from serve.frontends.grpc.http2 import errors
-from serve.frontends.grpc.http2.connection import (
-    FRAMES_PER_TURN,
-    INITIAL_STREAM_WINDOW,
-    LINGER_BYTES,
-    LINGER_SECONDS,
-    PENDING_BYTES,
-    Budget,
-    Limits,
-    Listener,
-)
+from serve.frontends.grpc.http2.connection import FRAMES_PER_TURN, LINGER_BYTES, LINGER_SECONDS, PENDING_BYTES, Limits
 from serve.frontends.grpc.http2.flood import FloodGuard
 from serve.frontends.grpc.http2.frames import (
     CONTINUATION,
@@ -80,6 +71,9 @@ from serve.frontends.grpc.http2.frames import (
     PUSH_PROMISE,
     head,
 )
+from serve.frontends.grpc.http2.receive import Budget, ReceiveWindows
+from serve.frontends.grpc.http2.stream import INITIAL_STREAM_WINDOW, Listener, Stream
+from serve.frontends.heap import TRIM_AFTER_BYTES, trim_soon
 
 log = logging.getLogger(__name__)
 
@@ -88,30 +82,12 @@ _CONFIG = h2.config.H2Configuration(client_side=False, header_encoding="latin-1"
 _IDLE_KINDS = {2: "PRIORITY", 4: "SETTINGS", 6: "PING", 8: "WINDOW_UPDATE"}  # frames that never do work
 
 
-class Stream:
-    """One request stream: what the call layer reads (id, headers, may_idle) and what is owed to and from it."""
-
-    __slots__ = ("buffered", "grown", "headers", "held", "id", "last_data", "listener", "local_closed", "may_idle",
-                 "pending", "remote_closed", "sent", "trailers", "unacknowledged")  # fmt: skip
-
-    def __init__(self, stream_id: int, headers: list[tuple[str, str]], now: float) -> None:
-        self.id = stream_id
-        self.headers = headers
-        self.listener: Listener | None = None
-        self.pending = bytearray()  # DATA waiting for window
-        self.trailers: list[tuple[str, str]] | None = None  # trailers waiting for `pending` to go
-        self.remote_closed = self.local_closed = self.grown = self.may_idle = False
-        self.unacknowledged = self.buffered = self.held = 0
-        self.sent: asyncio.Event | None = None
-        self.last_data = now
-
-
 class H2Connection(asyncio.Protocol):
     def __init__(self, on_request: Callable[[Any, Stream], Listener], limits: Limits | None = None,
                  budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
         self.on_request = on_request
         self.limits = limits or Limits()
-        self.budget = budget or Budget()
+        self.windows = ReceiveWindows(self.limits, budget or Budget(), self._window_update_for)
         self.connections = connections
         self.streams: dict[int, Stream] = {}
         self.transport: asyncio.Transport | None = None
@@ -128,9 +104,7 @@ class H2Connection(asyncio.Protocol):
         self._in_block = False  # a HEADERS without END_HEADERS was handed to h2, its CONTINUATIONs not all
         self._header_started: float | None = None
         self._received_unacknowledged = 0
-        self._buffered = 0
-        self._leader: Stream | None = None
-        self._holding: dict[int, Stream] = {}
+        self._received_total = 0
         self._blocked: dict[int, Stream] = {}
         self._flush_scheduled = False
         self._writable = asyncio.Event()
@@ -180,6 +154,8 @@ class H2Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
         self._buffer = bytearray()
+        if self._received_total > TRIM_AFTER_BYTES:
+            trim_soon()
         self._writable.set()
         self.closed.set()
 
@@ -220,7 +196,7 @@ class H2Connection(asyncio.Protocol):
         if stream.local_closed:
             return
         if stream.pending:
-            stream.trailers = fields
+            stream.trailers = fields  # type: ignore[assignment]  # h2 encodes them when they go
             return
         self.send_headers(stream, fields, end_stream=True)
 
@@ -230,25 +206,18 @@ class H2Connection(asyncio.Protocol):
             self._forget(stream, notify=False)
 
     def consumed(self, stream: Stream, count: int) -> None:
-        if stream.remote_closed or stream.id not in self.streams:
-            return
-        if self._over_budget() and stream is not self._leader:
-            stream.held += count
-            self._holding[stream.id] = stream
-            return
-        self._credit(stream, count)
+        if not stream.remote_closed and stream.id in self.streams:
+            self.windows.consumed(stream, count)
 
     def buffered(self, stream: Stream, count: int) -> None:
-        change = count - stream.buffered
-        self._buffered += change
-        self.budget.held += change
-        stream.buffered = count
-        if count and self._leader is None:
-            self._leader = stream
-        elif not count and self._leader is stream:
-            self._leader = None
-        if self._holding:
-            self._release()
+        self.windows.held_by_listener(stream, count)
+
+    def _window_update_for(self, stream_id: int, increment: int) -> None:
+        try:
+            self.h2.increment_flow_control_window(increment, stream_id)
+        except h2.exceptions.StreamClosedError:  # h2 has seen its END_STREAM in the frames being read
+            return
+        self._schedule_flush()
 
     async def drained(self, stream: Stream) -> None:
         await self._writable.wait()
@@ -270,11 +239,13 @@ class H2Connection(asyncio.Protocol):
     def evict(self) -> None:
         log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
         self.goaway()
-        self.abort()
+        self.abort("the server has too many connections open and closed this quiet one: retry the call")
 
-    def abort(self) -> None:
+    def abort(self, reason: str = "the server is shutting down: retry the call") -> None:
         self._aborted = True
         for stream in list(self.streams.values()):
+            if stream.listener is not None:
+                stream.listener.on_abort(reason)
             self.reset(stream)
             if stream.listener is not None:
                 stream.listener.on_reset()
@@ -304,37 +275,6 @@ class H2Connection(asyncio.Protocol):
         if any(stream.remote_closed for stream in self.streams.values()):
             return None
         return self.active_at
-
-    # ---- receive windows and the budget (the rules of connection.py) --------------------------------------------
-
-    def _over_budget(self) -> bool:
-        return self._buffered > self.limits.buffer_budget or self.budget.held > self.limits.server_buffer_budget
-
-    def _release(self) -> None:
-        if self._leader is None:
-            self._leader = next((s for s in self._holding.values() if s.buffered), None)
-        for stream in list(self._holding.values()):
-            if self._over_budget() and stream is not self._leader:
-                continue
-            del self._holding[stream.id]
-            held, stream.held = stream.held, 0
-            self._credit(stream, held)
-
-    def _credit(self, stream: Stream, count: int) -> None:
-        if stream.remote_closed or stream.id not in self.streams:
-            return
-        stream.unacknowledged += count
-        if stream.unacknowledged < (self.limits.stream_window if stream.grown else INITIAL_STREAM_WINDOW) // 2:
-            return
-        if not stream.grown and not self._over_budget():
-            stream.grown = True
-            stream.unacknowledged += self.limits.stream_window - INITIAL_STREAM_WINDOW
-        try:
-            self.h2.increment_flow_control_window(stream.unacknowledged, stream.id)
-        except h2.exceptions.StreamClosedError:  # h2 has seen its END_STREAM in the frames being read
-            return
-        stream.unacknowledged = 0
-        self._schedule_flush()
 
     # ---- reading -------------------------------------------------------------------------------------------------
 
@@ -465,8 +405,9 @@ class H2Connection(asyncio.Protocol):
             self._send_reset(stream_id, errors.REFUSED_STREAM)
             return
         headers: list[tuple[str, str]] = event.headers  # type: ignore[assignment]  # str: header_encoding is set
-        stream = Stream(stream_id, headers, now)
+        stream = Stream(stream_id, headers, 0, now)  # its send window is h2's
         self.streams[stream_id] = stream
+        self.windows.opened(stream)
         self.idle_since, self.active_at = None, now
         if sum(len(name) + len(value) + 32 for name, value in headers) > self.limits.max_header_list_size:
             self.send_headers(stream, [(":status", "431")], end_stream=True)
@@ -476,6 +417,7 @@ class H2Connection(asyncio.Protocol):
 
     def _data(self, event: h2.events.DataReceived) -> None:
         size = event.flow_controlled_length or 0
+        self._received_total += size
         self._received_unacknowledged += size
         if self._received_unacknowledged >= self.limits.connection_window // 2:
             self.h2.increment_flow_control_window(self._received_unacknowledged)
@@ -483,6 +425,7 @@ class H2Connection(asyncio.Protocol):
         stream = self.streams.get(event.stream_id or 0)
         if stream is None:  # answered and forgotten, or refused: its bytes go back to its window at once
             return
+        self.windows.received(stream, size)  # h2 has checked the window; this keeps the budget's count of it
         body = event.data or b""
         if body:
             stream.last_data = self.active_at = time.monotonic()
@@ -512,9 +455,7 @@ class H2Connection(asyncio.Protocol):
             stream.sent.set()
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        self._holding.pop(stream.id, None)
-        if stream.buffered or self._leader is stream:
-            self.buffered(stream, 0)
+        self.windows.forget(stream)
         if not self.streams:
             self.idle_since = time.monotonic()
         if notify and stream.listener is not None:
@@ -571,7 +512,7 @@ class H2Connection(asyncio.Protocol):
         self._blocked.pop(stream.id, None)
         if stream.trailers is not None:
             fields, stream.trailers = stream.trailers, None
-            self.send_headers(stream, fields, end_stream=True)
+            self.send_headers(stream, fields, end_stream=True)  # type: ignore[arg-type]
 
     def _data_frame(self, stream: Stream, data: bytes) -> bool:
         try:
