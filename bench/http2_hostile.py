@@ -3,6 +3,7 @@ what one abusive client costs the server and everyone else (bench/http2_attacks.
 
     .venv/bin/python bench/http2_hostile.py                          # serve's own HTTP/2 server, every attack
     .venv/bin/python bench/http2_hostile.py --server grpcio          # the same against grpc_server=grpcio
+    .venv/bin/python bench/http2_hostile.py --server serve-h2        # serve's server on bench/h2_connection.py (h2)
     .venv/bin/python bench/http2_hostile.py --attacks window ping --window-connections 12
 
 For each attack: a fresh server process (the lin model, token auth off), a REST `/ping` and a gRPC `Ping` probe
@@ -52,8 +53,10 @@ def _attack(name: str, args: argparse.Namespace) -> Callable[[str, int], Awaitab
 
 
 def _one(name: str, args: argparse.Namespace, store: Path, workdir: Path) -> dict[str, Any]:
-    properties: dict[str, Any] = {"grpc_server": args.server, **dict(p.split("=", 1) for p in args.property)}
-    server = ServeProcess(workdir / name, store, "lin=lin.mar", nofile=args.nofile, **properties)
+    grpc_server = "serve" if args.server == "serve-h2" else args.server
+    properties: dict[str, Any] = {"grpc_server": grpc_server, **dict(p.split("=", 1) for p in args.property)}
+    program = [sys.executable, str(ROOT / "bench" / "serve_h2.py")] if args.server == "serve-h2" else None
+    server = ServeProcess(workdir / name, store, "lin=lin.mar", nofile=args.nofile, program=program, **properties)
     try:
         pid = server.proc.pid
         before = attacks.rss(pid)
@@ -70,7 +73,8 @@ def _one(name: str, args: argparse.Namespace, store: Path, workdir: Path) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server", default="serve", choices=["serve", "grpcio"], help="grpc_server")
+    parser.add_argument("--server", default="serve", choices=["serve", "grpcio", "serve-h2"],
+                        help="grpc_server; serve-h2: serve's server on bench/h2_connection.py")  # fmt: skip
     parser.add_argument("--attacks", nargs="*", default=ATTACKS, choices=ATTACKS)
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each attack runs at most")
     parser.add_argument("--window-connections", type=int, default=1)

@@ -8,7 +8,8 @@ Every listener is configured with port 0 and the server writes the ports it boun
 integration tests' tests/integration/server.py does): nothing picks a free port and binds it later. Token auth is
 off. `properties` become config.properties lines; `ready` is the path that must answer 200 before the server counts
 as started (`/ping` by default), waited for up to `start_seconds` (a bound for a machine at a load of 10: starting
-real models takes minutes there), ending at once if the server exits; `nofile` lowers the server's RLIMIT_NOFILE.
+real models takes minutes there), ending at once if the server exits; `nofile` lowers the server's RLIMIT_NOFILE;
+`program` runs serve's command line instead of `python -m serve.cli.main` (bench/serve_h2.py).
 The log is `server.log` in the working directory.
 """
 
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class ServeProcess:
     def __init__(self, workdir: Path, store: Path, models: str, ready: str = "/ping", start_seconds: float = 900.0,
-                 nofile: int | None = None, **properties: object) -> None:  # fmt: skip
+                 nofile: int | None = None, program: list[str] | None = None,
+                 **properties: object) -> None:  # fmt: skip
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.ports_file = workdir, workdir / "ports.json"
         self.ports_file.unlink(missing_ok=True)
@@ -38,8 +40,8 @@ class ServeProcess:
                  "metrics_address": "http://127.0.0.1:0", "grpc_inference_port": 0, "grpc_management_port": 0,
                  "ports_file": self.ports_file, "number_of_gpu": 0, **properties}  # fmt: skip
         (workdir / "config.properties").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        cmd = [sys.executable, "-m", "serve.cli.main", "start", "--foreground", "--ncs", "--disable-token-auth",
-               "--model-store", str(store), "--ts-config", str(workdir / "config.properties"),
+        cmd = [*(program or [sys.executable, "-m", "serve.cli.main"]), "start", "--foreground", "--ncs",
+               "--disable-token-auth", "--model-store", str(store), "--ts-config", str(workdir / "config.properties"),
                "--models", models]  # fmt: skip
         env = dict(os.environ, TMPDIR=str(workdir), PYTHONPATH=str(ROOT))
         with open(workdir / "server.log", "ab") as log:
