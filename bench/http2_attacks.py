@@ -47,7 +47,7 @@ def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
 
 @dataclass
 class Outcome:
-    sent_bytes: int = 0
+    sent_bytes: int = 0  # handed to the socket (some may never have left the client)
     sent_frames: int = 0
     closed_by_server: int = 0  # connections the server closed
     goaway_codes: list[int] = field(default_factory=list)
@@ -55,7 +55,7 @@ class Outcome:
 
     def summary(self) -> str:
         codes = sorted(set(self.goaway_codes))
-        return (f"sent {self.sent_bytes / 1e6:.1f} MB in {self.sent_frames} frames over {self.seconds:.1f} s; "
+        return (f"wrote {self.sent_bytes / 1e6:.1f} MB ({self.sent_frames} frames) in {self.seconds:.1f} s; "
                 f"{self.closed_by_server} connection(s) closed by the server, GOAWAY codes {codes}")  # fmt: skip
 
 
@@ -156,9 +156,11 @@ IDLE_KINDS = ("continuation", "empty-data", "window-update", "settings", "ping")
 
 
 async def idle_flood(host: str, port: int, kind: str, seconds: float = 10.0) -> Outcome:
-    """Frames that do no work, as fast as the socket takes them; the client reads nothing (a tiny receive buffer)."""
+    """Frames that do no work, as fast as the socket takes them. The PING flood reads nothing (with a tiny receive
+    buffer), so the acknowledgements back up; the others read what the server sends."""
     outcome, start = Outcome(), time.monotonic()
-    peer = await _Peer.open(host, port, read=False, rcvbuf=4096)
+    unread = kind == "ping"
+    peer = await _Peer.open(host, port, read=not unread, rcvbuf=4096 if unread else None)
     opening, thousand = _idle_frames(kind)
     await peer.send(opening, outcome, 2)
     while time.monotonic() - start < seconds:
