@@ -12,7 +12,9 @@ hot paths. This module finishes the generated document, in one place, from the r
 - each operation lists the statuses it answers: 202/206 for worker updates, and the errors of the one error table
   (frontends/errors.py) that the route can reach, with TorchServe's body `{code, type, message}` (v1 and v2 routes:
   `{"error": message}`); FastAPI's 422 is never declared, since a parameter it cannot convert is a 400 (app.py);
-- `/metrics` is Prometheus text (`text/plain`), not JSON.
+- `/metrics` is Prometheus text (`text/plain`), not JSON;
+- with token authorization off, `GET /token` is left out: there is no key to rotate, and the route only answers
+  400 saying so (a document must not offer an operation that no request can make succeed).
 The connection-level answers of the HTTP limits (408, 414, 431) come before any route and are not listed.
 A plain route none of the patterns here describes is left out (FastAPI's /docs, the /v2 catch-all that answers
 404); tests/unit/frontends/test_openapi.py checks that every other route and method is in the document.
@@ -221,6 +223,8 @@ def document(routes: list[Any], generated: dict[str, Any], settings: Settings) -
                 operations[method] = copy.deepcopy(documented[0]) if documented else _plain(path, method)
                 if documented:
                     operations[method]["operationId"] = f"{operations[method].get('operationId', path)}_{method}"
+    if settings.disable_token_authorization:
+        paths.pop("/token", None)
     management = _management(settings)
     for path, operations in paths.items():
         for method, operation in operations.items():
