@@ -8,11 +8,11 @@ messages), and notices when the process exits, whenever that happens.
 The worker runs with the model directory as its working directory (as in TorchServe) and serve's source root
 first on PYTHONPATH, in its own session, so a Ctrl-C at the server's terminal reaches only the server, which
 then stops its workers in order. It runs `python -P`: the working directory is not put first on sys.path, so a
-`serve` (or `handlers`) folder among the model's files never shadows serve's own; the model directory comes last
-on PYTHONPATH instead, so imports a handler makes at request time still find the model's files. It is started
-without fork() (spawn.py: a fork in the server would disturb the live gRPC servers). The ready handshake carries
-the optimizer's report (whether the model runs optimized, why not, the batch sizes warmed up), kept as
-`optimization` for describe. BLAS thread counts are left at their defaults unless the model-config sets
+`serve` folder among the model's files never shadows serve's own; the worker puts the model directory first once
+serve is imported (serve/worker/process.py), as the working directory was before. It is started without fork()
+(spawn.py: a fork in the server would disturb the live gRPC servers). The ready handshake carries the
+optimizer's report (whether the model runs optimized, why not, the batch sizes warmed up), kept as `optimization`
+for describe. BLAS thread counts are left at their defaults unless the model-config sets
 `torchrun: {OMP_NUMBER_THREADS: n}` (TorchServe's key), which sets OMP/OpenBLAS/MKL threads to n.
 
 Hung workers: the worker beats on a pipe of its own from a thread (serve/worker/heartbeat.py), during batches too.
@@ -268,8 +268,7 @@ class WorkerProcess:
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         root = str(Path(serve.__file__).resolve().parents[1])
-        paths = (root, env.get("PYTHONPATH", ""), str(self.spec.model_dir))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         if self.spec.threads:
             for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
                 env[key] = str(self.spec.threads)

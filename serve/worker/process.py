@@ -77,6 +77,9 @@ class BatchFailed(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    # started with `python -P` (worker_process.py), so serve came from its own root, never from a `serve` folder
+    # among the model's files; now the model directory goes first, as the working directory of `-m` used to
+    sys.path.insert(0, args.model_dir)
     channel_in, channel_out = _take_channel()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     if args.heartbeat_fd is not None:

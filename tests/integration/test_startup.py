@@ -5,7 +5,8 @@
   (TorchServe logs it and answers Healthy with the model missing).
 - A folder named `serve` in the working directory (TorchServe's READMEs have users work beside a clone named
   `serve`) or among a model's files is never imported in place of serve: the command a background `serve start`
-  runs (serve.cli.control.child_command) comes up healthy there, and its worker loads and answers.
+  runs (serve.cli.control.child_command) comes up healthy there, and its worker loads and answers, with the
+  model's own files still importable when the handler asks for them at request time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from tests.integration.server import LIN_MODEL, PROBE_SECONDS, START_SECONDS, Se
 FLAGS = ("--ncs", "--disable-token-auth")
 REQUEST_SECONDS = 120  # one prediction on a loaded machine
 SHADOW = 'raise ImportError("a folder named serve was imported in place of serve")\n'
+# a function handler that imports a file of its model at request time (TorchServe handlers do)
+LATE_IMPORT = """
+def handle(data, context):
+    if data is None:
+        return None
+    import helper
+
+    return [helper.ANSWER for _ in data]
+"""
 
 
 def _stateful_archive(src: Path, store: Path) -> None:
@@ -72,11 +82,15 @@ def test_a_startup_model_that_cannot_be_registered_refuses_the_start(tmp_path: P
 def test_a_folder_named_serve_is_not_imported_by_the_server_or_its_worker(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    with zipfile.ZipFile(lin_archive(tmp_path / "src", tmp_path)) as archive:
-        archive.extractall(store / "lin")  # a model directory, with a `serve` package among its files
-    (store / "lin" / "serve").mkdir()
-    (store / "lin" / "serve" / "__init__.py").write_text(SHADOW)
-    server = ServerProcess(tmp_path / "run", store, *FLAGS, "--models", "lin=lin")
+    (tmp_path / "late_handler.py").write_text(LATE_IMPORT)
+    (tmp_path / "helper.py").write_text("ANSWER = 'from the model directory'\n")
+    built = package("late", "1.0", f"{tmp_path / 'late_handler.py'}:handle", extra_files=[tmp_path / "helper.py"],
+                    export_path=tmp_path, progress=False)  # fmt: skip
+    with zipfile.ZipFile(built) as archive:
+        archive.extractall(store / "late")  # a model directory, with a `serve` package among its files
+    (store / "late" / "serve").mkdir()
+    (store / "late" / "serve" / "__init__.py").write_text(SHADOW)
+    server = ServerProcess(tmp_path / "run", store, *FLAGS, "--models", "late=late")
     clone = server.workdir / "serve" / "ts"  # TorchServe's clone: a namespace package named serve
     clone.mkdir(parents=True)
     (clone / "__init__.py").write_text(SHADOW)
@@ -88,8 +102,8 @@ def test_a_folder_named_serve_is_not_imported_by_the_server_or_its_worker(tmp_pa
             assert "in place of serve" not in server.log(), server.log()  # a worker imported the model's folder
             assert time.monotonic() < deadline, f"not healthy within {START_SECONDS} s:\n{server.log()}"
             time.sleep(0.1)
-        answer = httpx.post(f"{server.inference}/predictions/lin", json=[1.0, 2.0, 3.0, 4.0], timeout=REQUEST_SECONDS)
-        assert answer.status_code == 200, answer.text
+        answer = httpx.post(f"{server.inference}/predictions/late", content=b"x", timeout=REQUEST_SECONDS)
+        assert (answer.status_code, answer.text) == (200, "from the model directory"), server.log()
     finally:
         assert server.stop() == 0, server.log()
 
