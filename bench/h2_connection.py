@@ -338,6 +338,7 @@ class H2Connection(asyncio.Protocol):
         if kind in _IDLE_KINDS:
             self.flood.idle_frame(_IDLE_KINDS[kind])
         elif kind == DATA:
+            self._received_total += length  # counted as read: h2 drops a batch's events when it ends the connection
             if not length and not flags & END_STREAM:
                 self.flood.idle_frame("an empty DATA frame")
         elif kind in (HEADERS, PUSH_PROMISE):
@@ -417,7 +418,6 @@ class H2Connection(asyncio.Protocol):
 
     def _data(self, event: h2.events.DataReceived) -> None:
         size = event.flow_controlled_length or 0
-        self._received_total += size
         self._received_unacknowledged += size
         if self._received_unacknowledged >= self.limits.connection_window // 2:
             self.h2.increment_flow_control_window(self._received_unacknowledged)

@@ -6,6 +6,7 @@ connection (a malformed request ends the connection), bench/RESULTS.md says so; 
 from __future__ import annotations
 
 import asyncio
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -185,6 +186,9 @@ class _Transport:
     def close(self) -> None:
         pass
 
+    def can_write_eof(self) -> bool:
+        return False
+
 
 def test_at_most_frames_per_turn_are_handled_and_reading_pauses_while_writes_back_up(monkeypatch: Any) -> None:
     monkeypatch.setattr(flood, "IDLE_FRAMES_PER_SECOND", 10**9)
@@ -206,6 +210,28 @@ def test_at_most_frames_per_turn_are_handled_and_reading_pauses_while_writes_bac
         assert not transport.reading
         connection.resume_writing()
         assert transport.reading
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_a_connection_cut_off_after_megabytes_of_data_gives_the_heap_back(monkeypatch: Any) -> None:
+    """h2 drops the events of the frames it read with the one that broke the window, so the bytes are counted as
+    frames are read: a window flood's connection trims the C heap when it closes, as serve's does."""
+    import bench.h2_connection as module
+
+    trims: list[int] = []
+    monkeypatch.setattr(module, "trim_soon", lambda: trims.append(1))
+
+    async def main() -> None:
+        connection = H2Connection(lambda c, s: None)  # type: ignore[arg-type, return-value]
+        transport = _Transport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        flood_ = b"".join(frame(DATA, 0, 1, b"x" * 16384) for _ in range(300))  # 4.9 MB against a 64 KiB window
+        connection.data_received(PREFACE + frame(SETTINGS, 0, 0, b"") + frame(HEADERS, END_HEADERS, 1,
+                                                                              request_block()) + flood_)  # fmt: skip
+        assert transport.written.count(struct.pack(">I", errors.FLOW_CONTROL_ERROR)) >= 1  # GOAWAY's code
+        connection.connection_lost(None)
+        assert trims == [1]
 
     asyncio.run(asyncio.wait_for(main(), 10))
 
