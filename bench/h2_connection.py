@@ -51,6 +51,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.frame_buffer
 import h2.settings
 
 from serve.frontends.connections import OpenConnections
@@ -213,6 +214,8 @@ class H2Connection(asyncio.Protocol):
         self.windows.held_by_listener(stream, count)
 
     def _window_update_for(self, stream_id: int, increment: int) -> None:
+        if self._failed or self.h2.state_machine.state == h2.connection.ConnectionState.CLOSED:
+            return  # the connection is ending (h2 sends nothing once it has sent or read GOAWAY)
         try:
             self.h2.increment_flow_control_window(increment, stream_id)
         except h2.exceptions.StreamClosedError:  # h2 has seen its END_STREAM in the frames being read
@@ -465,7 +468,7 @@ class H2Connection(asyncio.Protocol):
     def _send_reset(self, stream_id: int, code: int) -> None:
         try:
             self.h2.reset_stream(stream_id, code)
-        except h2.exceptions.NoSuchStreamError:  # h2 closed it already (both sides ended)
+        except h2.exceptions.ProtocolError:  # h2 closed it already (both sides ended), or the connection
             return
         self._schedule_flush()
 
@@ -478,6 +481,7 @@ class H2Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
         self._buffer.clear()
+        self.h2.incoming_buffer = h2.frame_buffer.FrameBuffer(server=True)  # the frames after the bad one: dropped
         self._failed = True
         transport = self.transport
         if transport is None or transport.is_closing():

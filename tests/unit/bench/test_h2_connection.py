@@ -248,3 +248,24 @@ def test_grpc_echo_measures_the_native_h2_variant() -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     [row] = [line for line in out.splitlines() if line.startswith("| native-h2 |")]
     assert float(row.split("|")[3]) > 0, row  # server CPU ms per call
+
+
+def test_a_window_flood_on_many_streams_is_cut_off_and_its_connection_closed() -> None:
+    """256 streams each starting a 6 MB message, DATA ignoring every window (the issue's attack): FLOW_CONTROL_ERROR,
+    and the connection is gone, with the streams the budget held (h2 is closed by then: no WINDOW_UPDATE is owed)."""
+    from bench import http2_attacks
+
+    async def test(connect: Any, server: Server, port: int) -> None:
+        name, _, method = http2_attacks.PREDICTIONS.strip("/").partition("/")
+        handler = grpc.unary_unary_rpc_method_handler(peers.echo)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(name, {method: handler})])
+        outcome = await http2_attacks.window_flood("127.0.0.1", port, seconds=5)
+        assert outcome.goaway_codes == [errors.FLOW_CONTROL_ERROR], outcome.summary()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while server._connections and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        assert not server._connections
+        await _probe(port)
+
+    run(test, max_receive_message_length=8 << 20)  # the messages are buffered, as serve's 6.5 MB default does
