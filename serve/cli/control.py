@@ -195,7 +195,9 @@ def _wait_for_ping(address: str, child: subprocess.Popen[bytes], wait_s: float, 
     while time.monotonic() < deadline:
         code = child.poll()
         if code is not None:
-            return f"the server exited with status {code} before answering {url}"
+            said = _log_lines(log_file, offset, "serve: ")  # main's one line for a refused start (exit 2)
+            why = f" ({said[-1].removeprefix('serve: ')})" if said else ""
+            return f"the server exited with status {code} before answering {url}{why}"
         try:
             with opener.open(url, timeout=1.0):
                 return None
@@ -216,13 +218,18 @@ def _wait_for_ping(address: str, child: subprocess.Popen[bytes], wait_s: float, 
 
 def _startup_failure(log_file: Path, offset: int) -> str | None:
     """The line this launch logged when it came up without every startup model ready (serve/server.py), if any."""
+    return next(iter(_log_lines(log_file, offset, NOT_HEALTHY, anywhere=True)), None)
+
+
+def _log_lines(log_file: Path, offset: int, text: str, anywhere: bool = False) -> list[str]:
+    """The lines this launch logged that start with `text` (or hold it, `anywhere`), stripped."""
     try:
         with open(log_file, "rb") as f:
             f.seek(offset)
-            text = f.read().decode("utf-8", "replace")
+            lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return None
-    return next((line.strip() for line in text.splitlines() if NOT_HEALTHY in line), None)
+        return []
+    return [line.strip() for line in lines if (text in line if anywhere else line.startswith(text))]
 
 
 def _undo(child: subprocess.Popen[bytes], path: Path) -> None:

@@ -276,6 +276,16 @@ def test_background_start_reports_an_early_exit(monkeypatch: pytest.MonkeyPatch,
     assert not pidfile.pid_file_path().exists()
 
 
+def test_background_start_names_the_startup_models_a_refused_start_names(monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: Any) -> None:  # fmt: skip
+    said = "serve: startup model(s) could not be registered: gone (missing.mar): Model not found at: missing.mar"
+    code = f"import sys; print('booting'); print({said!r}, file=sys.stderr); raise SystemExit(2)"
+    monkeypatch.setattr(control, "child_command", lambda args: [sys.executable, "-c", code])
+    assert main(["start"]) == 1
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "exited with status 2" in first and "(startup model(s) could not be registered: gone (missing.mar)" in first
+
+
 def test_background_start_gives_up_after_the_wait(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     code = "import time; print('loading forever', flush=True); time.sleep(30)"
     monkeypatch.setattr(control, "child_command", lambda args: [sys.executable, "-c", code])
