@@ -49,6 +49,7 @@ import numpy as np
 import serve
 from handlers.shape_groups import AnsweredShapes, Group, ShapeGroups, group_indices, run_groups
 from serve.errors import InvalidInput, PredictionException
+from serve.nn.state_dict import StateDictMismatchError
 from serve.serialization import find_state_dict
 from serve.worker.context import Context
 from serve.worker.handler_loader import classes_defined_in, import_user_file
@@ -126,7 +127,10 @@ class BaseHandler:
         serialized = model_info.get("serializedFile")
         if serialized:
             checkpoint = serve.load(self.model_dir / serialized, map_location="cpu")
-            model.load_state_dict(find_state_dict(checkpoint), strict=True)
+            try:
+                model.load_state_dict(find_state_dict(checkpoint), strict=True)
+            except StateDictMismatchError as exc:  # the archive's files do not fit each other: say which
+                raise StateDictMismatchError(f"{serialized} does not fit the model of {model_file}: {exc}") from None
         else:
             logger.warning("model %s has no serialized file: serving the weights its constructor makes", model_file)
         return self.convert_model(model.eval()).to(self.device)  # converted first: half the bytes to move

@@ -57,6 +57,12 @@ def save_own_state(module: Module, destination: dict, prefix: str, keep_vars: bo
             destination[prefix + name] = buf if keep_vars else buf.detach()
 
 
+class StateDictMismatchError(RuntimeError):
+    """The state_dict does not fit the module (missing or unexpected keys, shapes that differ): PyTorch's
+    RuntimeError, as a class of its own so that a server can tell a checkpoint that does not fit its model file
+    (the archive's fault) from a failure of the code."""
+
+
 def load_state_dict(module: Module, sd: Any, strict: bool, assign: bool) -> IncompatibleKeys:
     if not isinstance(sd, Mapping):
         raise TypeError(
@@ -93,7 +99,7 @@ def load_state_dict(module: Module, sd: Any, strict: bool, assign: bool) -> Inco
             "removed by serve.nn.utils.consume_prefix_in_state_dict_if_present); strict=False loads the matching "
             "keys and returns the missing and unexpected ones."
         )
-        raise RuntimeError(
+        raise StateDictMismatchError(
             "Error(s) in loading state_dict for {}:\n\t{}\n{}".format(type(module).__name__, "\n\t".join(errors), hint)
         )
     return IncompatibleKeys(missing, unexpected)

@@ -48,6 +48,7 @@ from serve.batching.job import DESCRIBE, InferenceRequest
 from serve.batching.json_values import DECODE_ERRORS, decode_error_text
 from serve.batching.json_values import dumps as json_dumps
 from serve.errors import ArchiveError, CheckpointError, InvalidInput, PredictionException
+from serve.nn.state_dict import StateDictMismatchError
 from serve.worker import gpu, heartbeat
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
@@ -145,8 +146,9 @@ def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None, dict[
 
 def load_error(e: BaseException) -> dict[str, Any]:
     """The handshake for a failed load: the exception and where it was raised (the last frames); `invalid_model`
-    when a file of the archive was refused (a CheckpointError or ArchiveError, also as the cause of what the
-    handler raised, whose message then follows): the registration's fault, answered 400."""
+    when a file of the archive was refused (a CheckpointError or ArchiveError) or its checkpoint does not fit its
+    model file (a StateDictMismatchError), also as the cause of what the handler raised, whose message then
+    follows: the registration's fault, answered 400."""
     frames = traceback.extract_tb(e.__traceback__)[-TRACEBACK_FRAMES:]
     refused = _refused_file(e)
     message = str(e) if refused in (None, e) else f"{e} ({type(refused).__name__}: {refused})"
@@ -156,10 +158,10 @@ def load_error(e: BaseException) -> dict[str, Any]:
 
 
 def _refused_file(e: BaseException | None) -> BaseException | None:
-    """The CheckpointError or ArchiveError in `e`'s chain of causes, if any."""
+    """The CheckpointError, ArchiveError or StateDictMismatchError in `e`'s chain of causes, if any."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen:
-        if isinstance(e, (CheckpointError, ArchiveError)):
+        if isinstance(e, (CheckpointError, ArchiveError, StateDictMismatchError)):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__

@@ -3,7 +3,8 @@
 Each archive holds a 4 -> 3 linear layer's model file and the tensor handler, with a serialized file crafted here
 byte by byte: a pickle whose REDUCE calls a global outside the allowlist (os.system, with a canary that must not
 appear), a zero-stride view claiming 3.6 TiB over an 8-byte storage, a view reaching past its storage, and
-safetensors files whose tensors overlap or whose offsets run past the data. Registering each one (synchronous,
+safetensors files whose tensors overlap or whose offsets run past the data, and a well-formed checkpoint whose
+shapes do not fit the model file (the archive's fault too). Registering each one (synchronous,
 one worker) must answer 400 InvalidModelException naming the file and the problem, leave the model unregistered,
 and run nothing; a well-formed archive registers beside them.
 """
@@ -60,12 +61,14 @@ def hostile_files(canary: Path) -> dict[str, tuple[str, bytes, str]]:
     storages = {"0": b"\x00" * 8, "1": bias}
     zero_stride = torch_zip(_state_dict(_view(2, (10**6, 10**6), (0, 0), "0")), storages)  # 3.6 TiB from 8 bytes
     past_storage = torch_zip(_state_dict(_view(2, (3, 4), (4, 1), "0")), storages)
+    mismatch = torch_zip(_state_dict(_view(20, (5, 4), (4, 1), "0")), {"0": b"\x00" * 80, "1": bias})  # not (3, 4)
     return {
         "reduce": ("lin.pt", torch_zip(_state_dict(reduce), {"1": bias}), "refused to load global 'os.system'"),
         "zero_stride": ("lin.pt", zero_stride, "zero strides"),
         "past_storage": ("lin.pt", past_storage, "needs 12 elements but its storage '0' has only 2"),
         "overlap": ("lin.safetensors", safetensors_file(overlap, b"\x00" * 52), "would overlap"),
         "offset_out_of_range": ("lin.safetensors", safetensors_file(past_end, b"\x00" * 52), "safetensors"),
+        "mismatch": ("lin.pt", mismatch, "size mismatch for fc.weight: checkpoint (5, 4) vs model (3, 4)"),
     }
 
 
