@@ -72,9 +72,7 @@ def _grpc_v2(server: ServerProcess, n: int, base: int) -> v2.ModelInferResponse:
     request.inputs.add(name="in", datatype="INT64", shape=[2]).contents.int64_contents.extend([n, base])
     options = [("grpc.max_receive_message_length", -1)]
     with grpc.insecure_channel(server.grpc_inference, options=options) as channel:
-        response: v2.ModelInferResponse = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
-            request, timeout=TIMEOUT
-        )
+        response: v2.ModelInferResponse = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=TIMEOUT)
         return response
 
 
