@@ -12,7 +12,7 @@ and the same protections, so that the comparison is of two HTTP/2 layers each wi
 What h2 does: frames and stream states, HPACK, the RFC 9113 section 8 checks on request headers
 (`validate_inbound_headers`), the receive windows (DATA past one is FLOW_CONTROL_ERROR), content-length, PING and
 SETTINGS acknowledgements, and GOAWAY on any protocol error it finds. What is ours on top of it, because h2 has no
-equivalent (the same code or the same rules as connection.py):
+equivalent (the same code as connection.py: both extend http2/lifecycle.py's ServerConnection, or the same rules):
 - Frames are counted before h2 sees them: each whole frame's head is read here, and at most FRAMES_PER_TURN frames
   are handed to h2 per turn of the event loop (the rest wait, reading paused); frames that do no work go through
   serve's FloodGuard (http2/flood.py) and resets through its reset count, ending the connection with
@@ -22,8 +22,9 @@ equivalent (the same code or the same rules as connection.py):
   is given back as DATA is read (h2's own `acknowledge_received_data` would give it back only as the listener
   consumes, and has no budget). A connection that received more than TRIM_AFTER_BYTES trims the C heap when it
   closes (serve/frontends/heap.py). Streams are serve's `Stream` (http2/stream.py); h2 keeps their send windows.
-- Time bounds (`tick`), reading paused while the transport cannot take what we write, one `transport.write` per turn,
-  and a connection error that half-closes and lingers so that the peer reads the GOAWAY.
+- From ServerConnection: admission and eviction, reading in turns, time bounds (`tick`), reading paused while the
+  transport cannot take what we write, and a connection error that half-closes and lingers so that the peer reads
+  the GOAWAY. One `transport.write` per turn.
 - A graceful GOAWAY (`goaway`) is written here, beside h2: h2's `close_connection` moves its state machine to
   CLOSED, after which it neither sends the answers of the streams already taken nor reads their requests.
 
@@ -40,7 +41,6 @@ are off: the call layer builds its headers (lowercase names, percent-encoded grp
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import time
@@ -55,10 +55,7 @@ import h2.frame_buffer
 import h2.settings
 
 from serve.frontends.connections import OpenConnections
-from serve.frontends.grpc.http2 import connection as ours
 from serve.frontends.grpc.http2 import errors
-from serve.frontends.grpc.http2.connection import FRAMES_PER_TURN, LINGER_BYTES, LINGER_SECONDS, PENDING_BYTES, Limits
-from serve.frontends.grpc.http2.flood import FloodGuard
 from serve.frontends.grpc.http2.frames import (
     CONTINUATION,
     DATA,
@@ -72,9 +69,9 @@ from serve.frontends.grpc.http2.frames import (
     PUSH_PROMISE,
     head,
 )
-from serve.frontends.grpc.http2.receive import Budget, ReceiveWindows
+from serve.frontends.grpc.http2.lifecycle import FRAMES_PER_TURN, PENDING_BYTES, Limits, ServerConnection
+from serve.frontends.grpc.http2.receive import Budget
 from serve.frontends.grpc.http2.stream import INITIAL_STREAM_WINDOW, Listener, Stream
-from serve.frontends.heap import TRIM_AFTER_BYTES, trim_soon
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +80,10 @@ _CONFIG = h2.config.H2Configuration(client_side=False, header_encoding="latin-1"
 _IDLE_KINDS = {2: "PRIORITY", 4: "SETTINGS", 6: "PING", 8: "WINDOW_UPDATE"}  # frames that never do work
 
 
-class H2Connection(asyncio.Protocol):
+class H2Connection(ServerConnection):
     def __init__(self, on_request: Callable[[Any, Stream], Listener], limits: Limits | None = None,
                  budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
-        self.on_request = on_request
-        self.limits = limits or Limits()
-        self.windows = ReceiveWindows(self.limits, budget or Budget(), self._window_update_for)
-        self.connections = connections
-        self.streams: dict[int, Stream] = {}
-        self.transport: asyncio.Transport | None = None
-        self.peer = ""
+        super().__init__(on_request, limits, budget, connections)
         self.h2 = h2.connection.H2Connection(_CONFIG)
         self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
@@ -100,73 +91,16 @@ class H2Connection(asyncio.Protocol):
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_size,
             h2.settings.SettingCodes.ENABLE_PUSH: 0})  # fmt: skip
         self.h2.decoder.max_header_list_size = 4 * self.limits.max_header_list_size  # past it: ENHANCE_YOUR_CALM
-        self._buffer = bytearray()
         self._preface_left = len(PREFACE)
         self._in_block = False  # a HEADERS without END_HEADERS was handed to h2, its CONTINUATIONs not all
-        self._header_started: float | None = None
         self._received_unacknowledged = 0
-        self._received_total = 0
-        self._blocked: dict[int, Stream] = {}
-        self._flush_scheduled = False
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self._paused = set[str]()
-        self._draining = self._failed = self._aborted = False
-        self._lingered = 0
-        self._preface_timer: asyncio.TimerHandle | None = None
-        self.flood = FloodGuard()
-        self.closed = asyncio.Event()
-        self.idle_since: float | None = time.monotonic()
-        self.active_at = self.idle_since
 
-    # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        if self._aborted or (self.connections is not None and not self.connections.opened(self)):
-            transport.close()
-            return
-        peer = transport.get_extra_info("peername")
-        self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if peer and ":" in str(peer[0]) else f"ipv4:{peer[0]}:{peer[1]}"
+    def _start(self) -> None:
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(self.limits.connection_window - DEFAULT_WINDOW)
-        self._flush()
-        self._preface_timer = asyncio.get_running_loop().call_later(ours.PREFACE_SECONDS, self._preface_expired)
 
-    def _preface_expired(self) -> None:
-        if self._preface_left:
-            self._fail(errors.ConnectionError(f"no HTTP/2 preface within {ours.PREFACE_SECONDS:g} s"))
-
-    def data_received(self, data: bytes) -> None:
-        if self._failed:
-            self._lingered += len(data)
-            if self._lingered > LINGER_BYTES and self.transport is not None:
-                self.transport.close()
-            return
-        self._buffer += data
-        self._read()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self.connections is not None:
-            self.connections.closed(self)
-        if self._preface_timer is not None:
-            self._preface_timer.cancel()
-        for stream in list(self.streams.values()):
-            self._forget(stream, notify=True)
-        self._buffer = bytearray()
-        if self._received_total > TRIM_AFTER_BYTES:
-            trim_soon()
-        self._writable.set()
-        self.closed.set()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-        self._pause_reading("write")
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-        self._resume_reading("write")
+    def _awaiting_preface(self) -> bool:
+        return self._preface_left > 0
 
     # ---- what listeners call -------------------------------------------------------------------------------------
 
@@ -201,18 +135,6 @@ class H2Connection(asyncio.Protocol):
             return
         self.send_headers(stream, fields, end_stream=True)
 
-    def reset(self, stream: Stream, code: int = errors.CANCEL) -> None:
-        if stream.id in self.streams:
-            self._send_reset(stream.id, code)
-            self._forget(stream, notify=False)
-
-    def consumed(self, stream: Stream, count: int) -> None:
-        if not stream.remote_closed and stream.id in self.streams:
-            self.windows.consumed(stream, count)
-
-    def buffered(self, stream: Stream, count: int) -> None:
-        self.windows.held_by_listener(stream, count)
-
     def _window_update_for(self, stream_id: int, increment: int) -> None:
         if self._failed or self.h2.state_machine.state == h2.connection.ConnectionState.CLOSED:
             return  # the connection is ending (h2 sends nothing once it has sent or read GOAWAY)
@@ -221,14 +143,6 @@ class H2Connection(asyncio.Protocol):
         except h2.exceptions.StreamClosedError:  # h2 has seen its END_STREAM in the frames being read
             return
         self._schedule_flush()
-
-    async def drained(self, stream: Stream) -> None:
-        await self._writable.wait()
-        while len(stream.pending) > PENDING_BYTES and not stream.local_closed:
-            if stream.sent is None:
-                stream.sent = asyncio.Event()
-            stream.sent.clear()
-            await stream.sent.wait()
 
     def goaway(self) -> None:
         """GOAWAY (no error) written beside h2, whose own would stop the streams already taken; close when done."""
@@ -239,66 +153,13 @@ class H2Connection(asyncio.Protocol):
         self.transport.write(head(GOAWAY, 0, 0, 8) + struct.pack(">II", self.h2.highest_inbound_stream_id, 0))
         self._close_if_done()
 
-    def evict(self) -> None:
-        log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
-        self.goaway()
-        self.abort("the server has too many connections open and closed this quiet one: retry the call")
-
-    def abort(self, reason: str = "the server is shutting down: retry the call") -> None:
-        self._aborted = True
-        for stream in list(self.streams.values()):
-            if stream.listener is not None:
-                stream.listener.on_abort(reason)
-            self.reset(stream)
-            if stream.listener is not None:
-                stream.listener.on_reset()
-        self._flush()
-        if self.transport is not None:
-            self.transport.close()
-
-    def tick(self, now: float) -> None:
-        limits = self.limits
-        if self._failed:
-            return
-        if self._header_started is not None and now - self._header_started > limits.header_timeout:
-            self._fail(errors.ConnectionError(f"a header block not finished within {limits.header_timeout:g} s",
-                                              errors.NO_ERROR))  # fmt: skip
-            return
-        for stream in list(self.streams.values()):
-            if (not stream.remote_closed and not stream.may_idle
-                    and now - stream.last_data > limits.request_idle_timeout):  # fmt: skip
-                log.info("HTTP/2 stream %d from %s reset: no request data", stream.id, self.peer)
-                self._send_reset(stream.id, errors.CANCEL)
-                self._forget(stream, notify=True)
-        self._flush()
-
-    def quiet_since(self) -> float | None:
-        if self.idle_since is not None:
-            return self.idle_since
-        if any(stream.remote_closed for stream in self.streams.values()):
-            return None
-        return self.active_at
-
     # ---- reading -------------------------------------------------------------------------------------------------
 
-    def _read(self) -> None:
+    def _read_frames(self) -> bool:
         try:
-            more = self._feed()
-        except errors.ConnectionError as exc:
-            self._fail(exc)
-            return
+            return self._feed()
         except h2.exceptions.ProtocolError as exc:  # h2 has queued its GOAWAY
-            self._fail(errors.ConnectionError(str(exc), int(getattr(exc, "error_code", errors.PROTOCOL_ERROR))))
-            return
-        if more:
-            self._pause_reading("turn")
-            asyncio.get_running_loop().call_soon(self._next_turn)
-        self._flush()
-
-    def _next_turn(self) -> None:
-        self._resume_reading("turn")
-        if self.transport is not None and not self._failed:
-            self._read()
+            raise errors.ConnectionError(str(exc), int(getattr(exc, "error_code", errors.PROTOCOL_ERROR))) from None
 
     def _feed(self) -> bool:
         """Hand h2 the whole frames in the buffer, at most FRAMES_PER_TURN, counted by the flood guard first; True
@@ -439,32 +300,6 @@ class H2Connection(asyncio.Protocol):
 
     # ---- stream state --------------------------------------------------------------------------------------------
 
-    def _end_remote(self, stream: Stream) -> None:
-        stream.remote_closed = True
-        if stream.listener is not None:
-            stream.listener.on_end()
-        if stream.local_closed:
-            self._forget(stream, notify=False)
-
-    def _close_local(self, stream: Stream) -> None:
-        stream.local_closed = True
-        if stream.remote_closed:
-            self._forget(stream, notify=False)
-
-    def _forget(self, stream: Stream, notify: bool) -> None:
-        stream.local_closed = stream.remote_closed = True
-        stream.pending.clear()
-        if stream.sent is not None:
-            stream.sent.set()
-        self.streams.pop(stream.id, None)
-        self._blocked.pop(stream.id, None)
-        self.windows.forget(stream)
-        if not self.streams:
-            self.idle_since = time.monotonic()
-        if notify and stream.listener is not None:
-            stream.listener.on_reset()
-        self._close_if_done()
-
     def _send_reset(self, stream_id: int, code: int) -> None:
         try:
             self.h2.reset_stream(stream_id, code)
@@ -472,32 +307,12 @@ class H2Connection(asyncio.Protocol):
             return
         self._schedule_flush()
 
-    def _fail(self, exc: errors.Http2Error) -> None:
-        """GOAWAY saying why (h2 queued its own when it found the error), then half-close and linger."""
-        log.info("HTTP/2 connection from %s ended: %s", self.peer, exc)
-        if self.h2.state_machine.state != h2.connection.ConnectionState.CLOSED:
+    def _write_error_goaway(self, exc: errors.Http2Error) -> None:
+        if self.h2.state_machine.state != h2.connection.ConnectionState.CLOSED:  # else h2 queued its own
             self.h2.close_connection(exc.code, additional_data=str(exc).encode()[:256])
-        self._flush()
-        for stream in list(self.streams.values()):
-            self._forget(stream, notify=True)
-        self._buffer.clear()
-        self.h2.incoming_buffer = h2.frame_buffer.FrameBuffer(server=True)  # the frames after the bad one: dropped
-        self._failed = True
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if not transport.can_write_eof():
-            transport.close()
-            return
-        transport.write_eof()
-        self._paused.clear()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
 
-    def _close_if_done(self) -> None:
-        if self._draining and not self.streams and self.transport is not None and not self.transport.is_closing():
-            self._flush()
-            self.transport.close()
+    def _dropped_unread(self) -> None:
+        self.h2.incoming_buffer = h2.frame_buffer.FrameBuffer(server=True)  # the frames after the bad one: dropped
 
     # ---- writing -------------------------------------------------------------------------------------------------
 
@@ -532,26 +347,11 @@ class H2Connection(asyncio.Protocol):
         for stream in list(self._blocked.values()):
             self._push(stream)
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
     def _flush(self) -> None:
         self._flush_scheduled = False
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing() and not self._failed:
             self.transport.write(data)
-
-    def _pause_reading(self, why: str) -> None:
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self._paused.add(why)
-
-    def _resume_reading(self, why: str) -> None:
-        self._paused.discard(why)
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
 
 
 _HANDLERS: dict[type, Callable[[H2Connection, Any], None]] = {

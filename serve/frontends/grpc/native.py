@@ -36,7 +36,8 @@ import grpc
 
 from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.call import Call
-from serve.frontends.grpc.http2.connection import Connection, Limits
+from serve.frontends.grpc.http2.connection import Connection
+from serve.frontends.grpc.http2.lifecycle import Limits
 from serve.frontends.grpc.http2.receive import Budget
 from serve.frontends.grpc.http2.stream import Stream
 

@@ -45,7 +45,7 @@ from serve.frontends.grpc.generated import (
 )
 from serve.frontends.grpc.health import SERVICE_NAME as HEALTH_SERVICE
 from serve.frontends.grpc.health import HealthServicer, health_pb2_grpc
-from serve.frontends.grpc.http2.connection import Limits
+from serve.frontends.grpc.http2.lifecycle import Limits
 from serve.frontends.grpc.native import Server
 from serve.frontends.grpc.servicers.kserve_v2 import KServeV2Servicer
 from serve.frontends.grpc.servicers.torchserve_inference import TorchServeInferenceServicer

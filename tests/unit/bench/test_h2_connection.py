@@ -19,11 +19,18 @@ pytest.importorskip("h2")
 
 from bench.h2_connection import H2Connection
 from serve.frontends.grpc.http2 import errors, flood
-from serve.frontends.grpc.http2.connection import FRAMES_PER_TURN, Limits
 from serve.frontends.grpc.http2.frames import PREFACE
+from serve.frontends.grpc.http2.lifecycle import FRAMES_PER_TURN, Limits
 from serve.frontends.grpc.native import Server
 from tests.unit.frontends.grpc.http2 import peers
-from tests.unit.frontends.grpc.http2.peers import frame, make_server, message, raw_client, request_block
+from tests.unit.frontends.grpc.http2.peers import (
+    RecordingTransport,
+    frame,
+    make_server,
+    message,
+    raw_client,
+    request_block,
+)
 
 DATA, HEADERS, SETTINGS, PING, CONTINUATION = 0, 1, 4, 6, 9
 END_STREAM, END_HEADERS = 0x1, 0x4
@@ -163,39 +170,12 @@ def test_a_stop_lets_the_call_in_flight_finish_after_goaway() -> None:
     asyncio.run(asyncio.wait_for(main(), 20))
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else None
-
-    def close(self) -> None:
-        pass
-
-    def can_write_eof(self) -> bool:
-        return False
-
-
 def test_at_most_frames_per_turn_are_handled_and_reading_pauses_while_writes_back_up(monkeypatch: Any) -> None:
     monkeypatch.setattr(flood, "IDLE_FRAMES_PER_SECOND", 10**9)
 
     async def main() -> None:
         connection = H2Connection(lambda c, s: None)  # type: ignore[arg-type, return-value]
-        transport = _Transport()
+        transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         await asyncio.sleep(0)
         transport.written.clear()
@@ -217,14 +197,14 @@ def test_at_most_frames_per_turn_are_handled_and_reading_pauses_while_writes_bac
 def test_a_connection_cut_off_after_megabytes_of_data_gives_the_heap_back(monkeypatch: Any) -> None:
     """h2 drops the events of the frames it read with the one that broke the window, so the bytes are counted as
     frames are read: a window flood's connection trims the C heap when it closes, as serve's does."""
-    import bench.h2_connection as module
+    import serve.frontends.grpc.http2.lifecycle as module  # where a connection ends, for every state machine
 
     trims: list[int] = []
     monkeypatch.setattr(module, "trim_soon", lambda: trims.append(1))
 
     async def main() -> None:
         connection = H2Connection(lambda c, s: None)  # type: ignore[arg-type, return-value]
-        transport = _Transport()
+        transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         flood_ = b"".join(frame(DATA, 0, 1, b"x" * 16384) for _ in range(300))  # 4.9 MB against a 64 KiB window
         connection.data_received(PREFACE + frame(SETTINGS, 0, 0, b"") + frame(HEADERS, END_HEADERS, 1,

@@ -13,27 +13,20 @@ Decisions, and why:
   connection's window is a connection error FLOW_CONTROL_ERROR (6.9.1). The streams' windows and the memory budget
   that bounds what their listeners buffer are receive.py's; the connection's window (`connection_window`) is given
   back as frames are read.
-- Time bounds (`tick`, called every second by the server): a header block (HEADERS and its CONTINUATIONs) must be
-  whole within `header_timeout` of its first byte (a block trickled byte by byte held a connection for ever); a
-  stream whose request is unfinished, and that may not idle, must receive DATA at least every
-  `request_idle_timeout`, else it is reset (CANCEL). A connection that has not sent HTTP/2's preface within
-  PREFACE_SECONDS is closed.
+- The connection's life around its frames (admission and eviction, reading in turns of at most FRAMES_PER_TURN
+  frames, reading paused while writes back up, the header and request-idle timeouts, GOAWAY then linger on a
+  connection error) is lifecycle.py's `ServerConnection`, which this class extends.
 - Floods (flood.py): frames that do no work (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, empty DATA and
   CONTINUATION, unknown types) beyond an allowance per second, and streams reset or failed beyond
-  RESETS_PER_SECOND, end the connection with ENHANCE_YOUR_CALM. While the transport cannot take what we write
-  (its buffer is above the high-water mark: a client that sends PINGs and reads no acknowledgements), we stop
-  reading from it. At most FRAMES_PER_TURN frames are handled per turn of the event loop; the rest wait for the
-  next turn with reading paused, so one connection cannot hold the loop that every other client shares.
-- A connection error sends GOAWAY and half-closes; what the peer still sends is dropped unread until the socket
-  closes (LINGER_SECONDS), so the peer reads why instead of a reset.
+  RESETS_PER_SECOND, end the connection with ENHANCE_YOUR_CALM.
 - Malformed requests (section 8: request_headers.py) and frames that break a stream's state are stream errors;
   frames that break the connection's state are connection errors, each with the code the RFC names (5.1, 6.x).
   Frames for a stream we reset are ignored for as long as we remember it (the last RECENT_RESETS streams), as the
   RFC allows; DATA for a stream closed otherwise is STREAM_CLOSED.
 - Sending: a stream's DATA waits, in order, for the peer's stream and connection windows; trailers follow the last
-  of it. A writer of many messages awaits `connection.drained(stream)`, which holds it while the socket's buffer
-  is full or more than PENDING_BYTES of the stream's DATA wait for window: a client that stops reading a stream
-  stops its writer instead of growing our memory.
+  of it. A writer of many messages awaits `connection.drained(stream)` (lifecycle.py), which holds it while the
+  socket's buffer is full or more than PENDING_BYTES of the stream's DATA wait for window: a client that stops
+  reading a stream stops its writer instead of growing our memory.
 - What a connection writes in one turn of the event loop goes out in one `transport.write`, so 32 answers that
   complete together cost one system call, not 32.
 - Header blocks are encoded without indexing or Huffman coding (see hpack.py) and split into CONTINUATION frames
@@ -55,17 +48,14 @@ h2") has the figures and the attacks on both.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from serve.frontends.connections import OpenConnections
 from serve.frontends.grpc.http2 import errors
 from serve.frontends.grpc.http2.errors import ConnectionError, Http2Error, StreamError
-from serve.frontends.grpc.http2.flood import FloodGuard
 from serve.frontends.grpc.http2.frames import (
     ACK,
     CONTINUATION,
@@ -95,125 +85,43 @@ from serve.frontends.grpc.http2.frames import (
     unpad,
 )
 from serve.frontends.grpc.http2.hpack import Decoder, encode
-from serve.frontends.grpc.http2.receive import Budget, ReceiveWindows
+from serve.frontends.grpc.http2.lifecycle import FRAMES_PER_TURN, PENDING_BYTES, Limits, ServerConnection
+from serve.frontends.grpc.http2.receive import Budget
 from serve.frontends.grpc.http2.request_headers import Malformed, check_request, check_trailers, content_length
 from serve.frontends.grpc.http2.stream import INITIAL_STREAM_WINDOW, Listener, Stream
-from serve.frontends.heap import TRIM_AFTER_BYTES, trim_soon
 
 log = logging.getLogger(__name__)
 
-PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer is held
-PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
-FRAMES_PER_TURN = 512  # frames handled per turn of the event loop before the connection yields
 RECENT_RESETS = 256  # streams we reset whose late frames are still ignored
-LINGER_SECONDS, LINGER_BYTES = 2.0, 16 << 20  # after a connection error: how long, and how much, is read and dropped
 SELF_DEPENDENT = 0x100  # beside a header block's HEADERS flags: its priority names its own stream
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_concurrent_streams: int = 256
-    stream_window: int = 256 << 10
-    connection_window: int = 16 << 20
-    buffer_budget: int = 32 << 20  # bytes a connection's listeners may buffer before only the leader's window opens
-    server_buffer_budget: int = 256 << 20  # the same for all connections of a server together
-    max_idle_connections: int = 1000  # per server (native.Server): past it, the one idle longest is closed
-    max_header_list_size: int = 16384
-    header_timeout: float = 10.0  # seconds from a header block's first byte to its end
-    request_idle_timeout: float = 30.0  # seconds an unfinished request that may not idle may go without DATA
-
-
-class Connection(asyncio.Protocol):
+class Connection(ServerConnection):
     def __init__(self, on_request: Callable[[Connection, Stream], Listener], limits: Limits | None = None,
                  budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
-        self.on_request = on_request
-        self.limits = limits or Limits()
-        self.windows = ReceiveWindows(self.limits, budget or Budget(), self._window_update_for)
-        self.connections = connections  # the process's connections, which this one joins
-        self.streams: dict[int, Stream] = {}
+        super().__init__(on_request, limits, budget, connections)
         self.last_stream_id = 0
         self.decoder = Decoder()
-        self.transport: asyncio.Transport | None = None
-        self.peer = ""
-        self._buffer = bytearray()
         self._preface_seen = False
         self._header_block: tuple[int, int, bytearray] | None = None  # (stream id, HEADERS flags, fragments)
-        self._header_started: float | None = None  # when the header block or frame being read began
         self._peer_window = DEFAULT_WINDOW  # what the peer lets us send, connection-wide
         self._peer_initial_window = DEFAULT_WINDOW
         self._peer_frame_size = FRAME_SIZE
         self._recv_window = self.limits.connection_window  # what the peer may still send, connection-wide
         self._received_unacknowledged = 0
-        self._received_total = 0  # DATA bytes received in all
-        self._blocked: dict[int, Stream] = {}  # streams with DATA waiting for window, in the order they blocked
         self._reset_ids: dict[int, None] = {}  # the last RECENT_RESETS streams we reset, oldest first
         self._out = bytearray()
-        self._flush_scheduled = False
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self._paused = set[str]()  # why reading is paused: "write" (the transport is full), "turn" (frames left)
-        self._draining = False
-        self._failed = False  # a connection error ended it: GOAWAY sent, what still arrives is dropped
-        self._aborted = False
-        self._lingered = 0
-        self._preface_timer: asyncio.TimerHandle | None = None
-        self.flood = FloodGuard()
-        self.closed = asyncio.Event()
-        self.idle_since: float | None = time.monotonic()  # None while a stream is open
-        self.active_at = self.idle_since  # when a request last made progress (for eviction)
 
-    # ---- asyncio.Protocol ----------------------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
-        if self._aborted or (self.connections is not None and not self.connections.opened(self)):
-            transport.close()  # evicted before it was made, or every other connection is serving: no room for it
-            return
-        peer = transport.get_extra_info("peername")
-        self.peer = f"ipv6:[{peer[0]}]:{peer[1]}" if peer and ":" in str(peer[0]) else f"ipv4:{peer[0]}:{peer[1]}"
+    def _start(self) -> None:
         limits = self.limits
         settings = [(MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
                     (INITIAL_WINDOW_SIZE, INITIAL_STREAM_WINDOW),
                     (MAX_HEADER_LIST_SIZE, limits.max_header_list_size), (ENABLE_PUSH, 0)]  # fmt: skip
         self._frame(SETTINGS, 0, 0, b"".join(struct.pack(">HI", key, value) for key, value in settings))
         self._frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", limits.connection_window - DEFAULT_WINDOW))
-        self._flush()
-        self._preface_timer = asyncio.get_running_loop().call_later(PREFACE_SECONDS, self._preface_expired)
 
-    def _preface_expired(self) -> None:
-        if not self._preface_seen:
-            self._fail(ConnectionError(f"no HTTP/2 preface within {PREFACE_SECONDS:g} s"))
-
-    def data_received(self, data: bytes) -> None:
-        if self._failed:  # GOAWAY sent: dropped until the connection closes, at most LINGER_BYTES of it
-            self._lingered += len(data)
-            if self._lingered > LINGER_BYTES and self.transport is not None:
-                self.transport.close()
-            return
-        self._buffer += data
-        self._read()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None  # nothing more is written
-        if self.connections is not None:
-            self.connections.closed(self)
-        if self._preface_timer is not None:
-            self._preface_timer.cancel()
-        for stream in list(self.streams.values()):
-            self._forget(stream, notify=True)
-        self._buffer = bytearray()  # a large read buffer goes back now, not when the last reference does
-        if self._received_total > TRIM_AFTER_BYTES:
-            trim_soon()  # what its calls buffered is freed by then: give the pages back (heap.py)
-        self._writable.set()
-        self.closed.set()
-
-    def pause_writing(self) -> None:
-        self._writable.clear()
-        self._pause_reading("write")
-
-    def resume_writing(self) -> None:
-        self._writable.set()
-        self._resume_reading("write")
+    def _awaiting_preface(self) -> bool:
+        return not self._preface_seen
 
     # ---- what listeners call -------------------------------------------------------------------------------------
 
@@ -246,32 +154,8 @@ class Connection(asyncio.Protocol):
         self._header_frames(stream.id, block, END_STREAM)
         self._close_local(stream)
 
-    def reset(self, stream: Stream, code: int = errors.CANCEL) -> None:
-        if stream.id in self.streams:
-            self._send_reset(stream.id, code)
-            self._forget(stream, notify=False)
-
-    def consumed(self, stream: Stream, count: int) -> None:
-        """The listener took `count` body bytes: they go back to the peer's window (receive.py says when)."""
-        if not stream.remote_closed and stream.id in self.streams:
-            self.windows.consumed(stream, count)
-
-    def buffered(self, stream: Stream, count: int) -> None:
-        """The listener now holds `count` body bytes of the stream (0: none)."""
-        self.windows.held_by_listener(stream, count)
-
     def _window_update_for(self, stream_id: int, increment: int) -> None:
         self._frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", increment))
-
-    async def drained(self, stream: Stream) -> None:
-        """Return once the transport's buffer is below its high-water mark and under PENDING_BYTES of the stream's
-        DATA wait for window (or the stream or the connection is gone)."""
-        await self._writable.wait()
-        while len(stream.pending) > PENDING_BYTES and not stream.local_closed:
-            if stream.sent is None:
-                stream.sent = asyncio.Event()
-            stream.sent.clear()
-            await stream.sent.wait()
 
     def goaway(self) -> None:
         """Stop taking streams (GOAWAY, no error); close once the streams already taken are done."""
@@ -282,81 +166,7 @@ class Connection(asyncio.Protocol):
         self._flush()
         self._close_if_done()
 
-    def evict(self) -> None:
-        """Close now, the server needs the descriptor: GOAWAY, then end what is in flight."""
-        log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
-        self.goaway()
-        self.abort("the server has too many connections open and closed this quiet one: retry the call")
-
-    def abort(self, reason: str = "the server is shutting down: retry the call") -> None:
-        """Close now (the grace period ran out, or the connection is evicted): each listener may answer with
-        `reason`, then every stream still open is reset. One not yet made (accepted in the same burst) closes as
-        soon as it is."""
-        self._aborted = True
-        for stream in list(self.streams.values()):
-            if stream.listener is not None:
-                stream.listener.on_abort(reason)
-            self.reset(stream)
-            if stream.listener is not None:
-                stream.listener.on_reset()
-        self._flush()
-        if self.transport is not None:
-            self.transport.close()
-
-    # ---- time bounds ---------------------------------------------------------------------------------------------
-
-    def tick(self, now: float) -> None:
-        """Called about every second: end what has waited past its time bound (see the module docstring)."""
-        limits = self.limits
-        if self._failed:
-            return
-        if self._header_started is not None and now - self._header_started > limits.header_timeout:
-            self._fail(ConnectionError(f"a header block not finished within {limits.header_timeout:g} s",
-                                       errors.NO_ERROR))  # fmt: skip
-            return
-        for stream in list(self.streams.values()):
-            if (not stream.remote_closed and not stream.may_idle
-                    and now - stream.last_data > limits.request_idle_timeout):  # fmt: skip
-                self._stream_failed(StreamError(stream.id, f"no request data for {limits.request_idle_timeout:g} s",
-                                                errors.CANCEL), count=False)  # fmt: skip
-        self._flush()
-
-    def quiet_since(self) -> float | None:
-        """Since when the connection has done nothing for its client, or None while it serves a request (a stream
-        whose request is whole and whose answer is not): the server evicts the quietest when it has too many."""
-        if self.idle_since is not None:
-            return self.idle_since
-        if any(stream.remote_closed for stream in self.streams.values()):
-            return None
-        return self.active_at
-
     # ---- reading -------------------------------------------------------------------------------------------------
-
-    def _read(self) -> None:
-        try:
-            more = self._read_frames()
-        except ConnectionError as exc:
-            self._fail(exc)
-            return
-        if more:  # frames left for the next turn: read nothing new meanwhile
-            self._pause_reading("turn")
-            asyncio.get_running_loop().call_soon(self._next_turn)
-        self._flush()
-
-    def _next_turn(self) -> None:
-        self._resume_reading("turn")
-        if self.transport is not None:
-            self._read()
-
-    def _pause_reading(self, why: str) -> None:
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self._paused.add(why)
-
-    def _resume_reading(self, why: str) -> None:
-        self._paused.discard(why)
-        if not self._paused and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
 
     def _read_frames(self) -> bool:
         """Handle the whole frames in the buffer, at most FRAMES_PER_TURN: True when some are left for next turn."""
@@ -671,32 +481,6 @@ class Connection(asyncio.Protocol):
 
     # ---- stream state --------------------------------------------------------------------------------------------
 
-    def _end_remote(self, stream: Stream) -> None:
-        stream.remote_closed = True
-        if stream.listener is not None:
-            stream.listener.on_end()
-        if stream.local_closed:
-            self._forget(stream, notify=False)
-
-    def _close_local(self, stream: Stream) -> None:
-        stream.local_closed = True
-        if stream.remote_closed:  # else answered before the request ended: forgotten when it ends (a client
-            self._forget(stream, notify=False)  # whose message is still being sent fails on RST_STREAM, so none)
-
-    def _forget(self, stream: Stream, notify: bool) -> None:
-        stream.local_closed = stream.remote_closed = True
-        stream.pending.clear()
-        if stream.sent is not None:
-            stream.sent.set()
-        self.streams.pop(stream.id, None)
-        self._blocked.pop(stream.id, None)
-        self.windows.forget(stream)
-        if not self.streams:
-            self.idle_since = time.monotonic()
-        if notify and stream.listener is not None:
-            stream.listener.on_reset()
-        self._close_if_done()
-
     def _send_reset(self, stream_id: int, code: int) -> None:
         self._frame(RST_STREAM, 0, stream_id, struct.pack(">I", code))
         self._reset_ids[stream_id] = None
@@ -713,32 +497,8 @@ class Connection(asyncio.Protocol):
         if count:
             self.flood.reset()
 
-    def _fail(self, exc: Http2Error) -> None:
-        """GOAWAY saying why, then close. The socket is half-closed first and what the peer still sends is read
-        and dropped for up to LINGER_SECONDS: closing with unread bytes would reset the connection, and the peer
-        could lose the GOAWAY before reading it."""
-        log.info("HTTP/2 connection from %s ended: %s", self.peer, exc)
+    def _write_error_goaway(self, exc: Http2Error) -> None:
         self._frame(GOAWAY, 0, 0, struct.pack(">II", self.last_stream_id, exc.code) + str(exc).encode()[:256])
-        self._flush()
-        for stream in list(self.streams.values()):
-            self._forget(stream, notify=True)
-        self._buffer.clear()
-        self._failed = True
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if not transport.can_write_eof():  # TLS: no half-close
-            transport.close()
-            return
-        transport.write_eof()
-        self._paused.clear()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
-
-    def _close_if_done(self) -> None:
-        if self._draining and not self.streams and self.transport is not None and not self.transport.is_closing():
-            self._flush()
-            self.transport.close()
 
     # ---- writing -------------------------------------------------------------------------------------------------
 
@@ -783,9 +543,7 @@ class Connection(asyncio.Protocol):
         self._out += payload
         if kind <= HEADERS:  # DATA or HEADERS: work done for the client (acknowledgements do not count)
             self.flood.sent += 1
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._schedule_flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False

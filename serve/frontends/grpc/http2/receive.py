@@ -26,7 +26,7 @@ from serve.frontends.grpc.http2.errors import ConnectionError
 from serve.frontends.grpc.http2.stream import INITIAL_STREAM_WINDOW, Stream
 
 if TYPE_CHECKING:
-    from serve.frontends.grpc.http2.connection import Limits
+    from serve.frontends.grpc.http2.lifecycle import Limits
 
 
 class Budget:

@@ -288,3 +288,34 @@ async def raw_client(port: int) -> RawClient:
 
 def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+class RecordingTransport:
+    """What a connection needs of a transport when driven directly, without a socket: it records the writes and
+    whether reading is paused."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.reading = True
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True

@@ -20,10 +20,12 @@ import pytest
 pytest.importorskip("h2")
 
 from serve.frontends.grpc.http2 import errors, flood
-from serve.frontends.grpc.http2.connection import FRAMES_PER_TURN, Connection, Limits
+from serve.frontends.grpc.http2.connection import Connection
 from serve.frontends.grpc.http2.frames import PREFACE
+from serve.frontends.grpc.http2.lifecycle import FRAMES_PER_TURN, Limits
 from serve.frontends.grpc.native import Server
 from tests.unit.frontends.grpc.http2.peers import (
+    RecordingTransport,
     frame,
     message,
     raw_client,
@@ -187,33 +189,6 @@ def test_idle_connections_past_the_limit_under_a_burst() -> None:
     run(test, limits=Limits(max_idle_connections=5))
 
 
-class _Transport:
-    """What Connection needs of a transport, recording pauses and writes."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.reading = True
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 1)
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-
 def _acks(written: bytes) -> int:
     pos = count = 0
     while pos + 9 <= len(written):
@@ -228,7 +203,7 @@ def test_one_connection_handles_at_most_frames_per_turn_then_yields(monkeypatch:
 
     async def main() -> None:
         connection = Connection(lambda c, s: None)  # type: ignore[arg-type,return-value]
-        transport = _Transport()
+        transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         connection.data_received(PREFACE + frame(PING, 0, 0, b"12345678") * (3 * FRAMES_PER_TURN))
         assert _acks(transport.written) == FRAMES_PER_TURN
@@ -244,7 +219,7 @@ def test_one_connection_handles_at_most_frames_per_turn_then_yields(monkeypatch:
 def test_reading_stops_while_the_transport_cannot_take_our_writes() -> None:
     async def main() -> None:
         connection = Connection(lambda c, s: None)  # type: ignore[arg-type,return-value]
-        transport = _Transport()
+        transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         connection.pause_writing()  # the client reads none of our acknowledgements
         assert not transport.reading

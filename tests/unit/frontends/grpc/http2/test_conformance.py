@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("h2")
 
 from serve.frontends.grpc.http2 import errors
-from serve.frontends.grpc.http2.connection import Limits
+from serve.frontends.grpc.http2.lifecycle import Limits
 from serve.frontends.grpc.native import Server
 from tests.unit.frontends.grpc.http2.peers import ECHO, frame, message, raw_client, request_block, run
 

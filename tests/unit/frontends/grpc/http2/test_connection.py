@@ -19,9 +19,9 @@ pytest.importorskip("h2")
 import h2.errors
 import h2.events
 
-from serve.frontends.grpc.http2.connection import Limits
 from serve.frontends.grpc.http2.frames import PREFACE
 from serve.frontends.grpc.http2.hpack import encode
+from serve.frontends.grpc.http2.lifecycle import Limits
 from serve.frontends.grpc.native import Server
 from tests.unit.frontends.grpc.http2.peers import (
     ECHO,
@@ -145,9 +145,9 @@ def test_protocol_errors_end_only_their_connection_with_goaway() -> None:
 
 
 def test_a_connection_without_a_preface_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from serve.frontends.grpc.http2 import connection
+    from serve.frontends.grpc.http2 import lifecycle
 
-    monkeypatch.setattr(connection, "PREFACE_SECONDS", 0.2)
+    monkeypatch.setattr(lifecycle, "PREFACE_SECONDS", 0.2)
 
     async def test(connect: Any, server: Server, port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
