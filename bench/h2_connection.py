@@ -136,7 +136,7 @@ class H2Connection(ServerConnection):
         self.send_headers(stream, fields, end_stream=True)
 
     def _window_update_for(self, stream_id: int, increment: int) -> None:
-        if self._failed or self.h2.state_machine.state == h2.connection.ConnectionState.CLOSED:
+        if self._ended or self.h2.state_machine.state == h2.connection.ConnectionState.CLOSED:
             return  # the connection is ending (h2 sends nothing once it has sent or read GOAWAY)
         try:
             self.h2.increment_flow_control_window(increment, stream_id)
@@ -146,7 +146,7 @@ class H2Connection(ServerConnection):
 
     def goaway(self) -> None:
         """GOAWAY (no error) written beside h2, whose own would stop the streams already taken; close when done."""
-        if self._draining or self._failed or self.transport is None or self.transport.is_closing():
+        if self._draining or self._ended or self.transport is None or self.transport.is_closing():
             return
         self._draining = True
         self._flush()
@@ -350,7 +350,7 @@ class H2Connection(ServerConnection):
     def _flush(self) -> None:
         self._flush_scheduled = False
         data = self.h2.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing() and not self._failed:
+        if data and self.transport is not None and not self.transport.is_closing() and not self._ended:
             self.transport.write(data)
 
 

@@ -9,10 +9,13 @@ every other client failed. Decisions, and why:
   and the accept loops never see EMFILE.
 - A connection past the cap evicts the quietest one, the connection that has done nothing for its client for
   longest: REST, one waiting for a request's headers or idle between requests; gRPC, one with no call in flight
-  or whose only calls are uploads that stopped. A connection serving a request (its request whole, its answer
-  not yet sent) is never evicted. So a new connection, the readiness probe among them, always gets in while
-  some connection is merely held open, which is what a client hoarding connections does. When every connection
-  is serving, the new one is closed at once: the server is at capacity, not under a hoarder.
+  or whose only calls are uploads that stopped. One that has never been answered goes before one that has (a
+  hoarder's connections never ask for anything, while a client's connection idles between its calls: in a burst
+  of new connections the client's pause between two calls can be older than the newest hoarders). A connection
+  serving a request (its request whole, its answer not yet sent) is never evicted. So a new connection, the readiness
+  probe among them, always gets in while some connection is merely held open, which is what a client hoarding
+  connections does. When every connection is serving, the new one is closed at once: the server is at capacity, not
+  under a hoarder.
 - Finding the quietest is a scan of the open connections, done only past the cap (when a hoarder is at work),
   not on every accept.
 """
@@ -29,11 +32,19 @@ RESERVED_FDS = 64
 
 
 class Evictable(Protocol):
+    served: bool  # it has answered a request (evicted after those that never have)
+
     def quiet_since(self) -> float | None:
         """Since when it has done nothing for its client (None: it is serving a request, keep it)."""
 
     def evict(self) -> None:
         """Close it now: the server needs its descriptor."""
+
+
+def eviction_order(connection: Evictable, quiet: float) -> tuple[bool, float]:
+    """The key that puts the connection to evict first (quiet since `quiet`) first: never answered, then longest
+    quiet."""
+    return connection.served, quiet
 
 
 def default_max_connections() -> int:
@@ -73,11 +84,11 @@ class OpenConnections:
         self._open.pop(connection, None)
 
     def _quietest(self, newcomer: Evictable) -> Evictable | None:
-        quietest, since = None, float("inf")
+        quietest, rank = None, (True, float("inf"))
         for connection in self._open:
             if connection is newcomer:
                 continue
             quiet = connection.quiet_since()
-            if quiet is not None and quiet < since:
-                quietest, since = connection, quiet
+            if quiet is not None and eviction_order(connection, quiet) < rank:
+                quietest, rank = connection, eviction_order(connection, quiet)
         return quietest

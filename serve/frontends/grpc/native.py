@@ -12,8 +12,9 @@ already serves the dataplane: HTTP/2 framing and HPACK in Python (serve/frontend
 loop turn written together. `grpc_server=grpcio` in config.properties selects grpc.aio instead.
 
 At most `max_idle_connections` (config.properties, as for REST) connections without a call in flight are kept;
-a new connection past that closes the one idle longest (GOAWAY, then close), which stops counting as idle at once,
-so a burst of new connections closes as many old ones, not the same closing one again. Every connection also
+a new connection past that evicts one (GOAWAY, then close once the peer has read it): one never answered first,
+then the one idle longest, as for `max_connections`. It stops counting as idle at once, so a burst of new
+connections closes as many old ones, not the same closing one again. Every connection also
 counts against the process's `max_connections` with the REST listeners' (serve/frontends/connections.py). Once a
 second the server gives each connection its `tick` (header and request-idle timeouts, http2/connection.py). All
 connections share one receive budget (`Limits.server_buffer_budget`).
@@ -34,7 +35,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from serve.frontends.connections import OpenConnections
+from serve.frontends.connections import OpenConnections, eviction_order
 from serve.frontends.grpc.call import Call
 from serve.frontends.grpc.http2.connection import Connection
 from serve.frontends.grpc.http2.lifecycle import Limits
@@ -105,6 +106,7 @@ class Server:
         connections = list(self._connections)
         for connection in connections:
             connection.goaway()
+        connections = [c for c in connections if c.streams]  # calls in flight: the idle ones linger, not awaited
         if connections and grace:
             await asyncio.wait([asyncio.ensure_future(c.closed.wait()) for c in connections], timeout=grace)
         for connection in list(self._connections):
@@ -150,11 +152,10 @@ class Server:
         connection = self._connection_class(self._call, self.limits, self._budget, self.open_connections)
         if len(self._connections) >= self.limits.max_idle_connections:  # else fewer are idle than the limit
             idle = [c for c in self._connections if c.idle_since is not None]
-            if len(idle) >= self.limits.max_idle_connections:  # as the REST listeners do: the one idle longest goes
-                oldest = min(idle, key=lambda c: c.idle_since or 0.0)
-                self._connections.discard(oldest)  # closing: no longer one of the idle ones
-                oldest.goaway()
-                oldest.abort()
+            if len(idle) >= self.limits.max_idle_connections:
+                victim = min(idle, key=lambda c: eviction_order(c, c.idle_since or 0.0))
+                self._connections.discard(victim)  # closing: no longer one of the idle ones
+                victim.evict("max_idle_connections")
         self._connections.add(connection)
         asyncio.get_running_loop().create_task(self._forget_when_closed(connection))
         return connection

@@ -12,8 +12,9 @@ answers 400, not 431, and has no clock either. So `limited_http_protocol(limits)
 - `header_read_timeout` seconds from a connection's first byte (or from its opening) to the end of its headers;
   then 408 (when it sent part of a request) and the connection is closed.
 - at most `max_idle_connections` connections per listener that are not running a request (opened, reading headers
-  or idle between keep-alive requests); past that the one waiting longest is closed. Idle keep-alive connections
-  are also closed after `keep_alive_timeout` seconds (uvicorn's own timer).
+  or idle between keep-alive requests); past that the one waiting longest is closed, one never answered first
+  (as for `max_connections`). Idle keep-alive connections are also closed after `keep_alive_timeout` seconds
+  (uvicorn's own timer).
 
 Every connection also counts against the process's `max_connections`, with the gRPC servers' (serve/frontends/
 connections.py): one waiting for headers or idle between requests is quiet since it began waiting, and is the one
@@ -79,6 +80,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._refused: int | None = None
         self._discarded = 0
         self._waiting_since: float | None = None
+        self.served = False  # it has answered a request (for eviction: those that never have go first)
 
     # connection life
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -98,6 +100,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
+        self.served = True
         super().on_response_complete()
         if self.cycle is not None and self.cycle.response_complete and not self.transport.is_closing():
             self._wait()
@@ -109,7 +112,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         waiting[self] = None
         self._waiting_since = time.monotonic()
         while len(waiting) > self.limits.max_idle_connections:
-            next(iter(waiting)).evict()
+            next((c for c in waiting if not c.served), next(iter(waiting))).evict()
 
     def quiet_since(self) -> float | None:
         """Since when it has waited for a request (None while it runs one): OpenConnections evicts the quietest."""

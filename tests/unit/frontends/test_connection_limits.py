@@ -75,3 +75,27 @@ def test_the_header_clock_runs_from_the_first_byte_of_a_later_request():
         return transport.writes[-1]
 
     assert asyncio.run(asyncio.wait_for(main(), 30)).startswith(b"HTTP/1.1 408 ")
+
+
+def test_past_max_idle_connections_one_never_answered_goes_before_an_idle_keep_alive_client():
+    """The client idles between requests since before the newcomers connected; still the newcomer that never
+    sent anything is closed, not the client."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        config = uvicorn.Config(_answer(200, JSON, b"[1.0]"), log_config=None, lifespan="off", timeout_keep_alive=30)
+        listener = limited_http_protocol(ConnectionLimits(max_idle_connections=2))
+
+        def connect() -> tuple[Any, Transport]:
+            protocol = listener(config=config, server_state=ServerState(), app_state={})
+            transport = Transport()
+            protocol.connection_made(transport)
+            return protocol, transport
+
+        client, client_transport = connect()
+        client.data_received(REQUEST)
+        await _answered(client, client_transport, 1)  # idle between requests from now on
+        _, hoarder = connect()
+        _, newest = connect()  # three waiting against two: the hoarder goes
+        return client_transport.closed, hoarder.closed, newest.closed
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == (False, True, False)

@@ -9,8 +9,8 @@ from serve.frontends.connections import RESERVED_FDS, OpenConnections, default_m
 
 
 class Fake:
-    def __init__(self, quiet: float | None) -> None:
-        self.quiet = quiet
+    def __init__(self, quiet: float | None, served: bool = False) -> None:
+        self.quiet, self.served = quiet, served
         self.evicted = False
 
     def quiet_since(self) -> float | None:
@@ -29,6 +29,18 @@ def test_past_the_cap_the_quietest_connection_is_evicted() -> None:
     assert connections.opened(newcomer)
     assert oldest.evicted and not recent.evicted and not serving.evicted
     assert len(connections) == 3 and connections.evicted == 1
+
+
+def test_a_connection_never_answered_goes_before_one_that_was() -> None:
+    """A client idling between calls since 10.0 stays; the hoarder that connected at 20.0 and never asked goes."""
+    connections = OpenConnections(2)
+    client, hoarder = Fake(10.0, served=True), Fake(20.0)
+    for connection in (client, hoarder):
+        assert connections.opened(connection)
+    assert connections.opened(Fake(30.0))
+    assert hoarder.evicted and not client.evicted
+    assert connections.opened(Fake(40.0))  # the newcomer of 30.0 never asked either
+    assert not client.evicted
 
 
 def test_a_newcomer_is_refused_only_when_every_other_connection_is_serving() -> None:

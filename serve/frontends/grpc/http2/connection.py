@@ -547,6 +547,6 @@ class Connection(ServerConnection):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and self.transport is not None and not self.transport.is_closing() and not self._failed:
+        if self._out and self.transport is not None and not self.transport.is_closing() and not self._ended:
             self.transport.write(bytes(self._out))
         self._out.clear()

@@ -14,8 +14,12 @@ Around the frames, and the same for any state machine:
   idle, is reset (CANCEL) after `request_idle_timeout` without DATA; a connection that has not sent HTTP/2's
   preface within PREFACE_SECONDS is closed.
 - Ending: a connection error sends GOAWAY and half-closes; what the peer still sends is dropped unread until the
-  socket closes (LINGER_SECONDS, LINGER_BYTES), so the peer reads why instead of a reset. A connection that
-  received more than TRIM_AFTER_BYTES gives the C heap's free pages back when it closes (heap.py).
+  socket closes (LINGER_SECONDS, LINGER_BYTES), so the peer reads why instead of a reset. A graceful end (GOAWAY
+  without error: shutdown, eviction, the idle cap) lingers the same way once its streams are done: a client whose
+  next call crossed our GOAWAY reads it and retries that call on a new connection (the call's stream is above the
+  GOAWAY's last stream), where closing at once would fail the call with a broken pipe. At most MAX_LINGERING
+  connections of the process linger at once, since each holds a descriptor; past that one closes at once. A
+  connection that received more than TRIM_AFTER_BYTES gives the C heap's free pages back when it closes (heap.py).
 - Stream bookkeeping that does not depend on the frames: the receive windows and budget (receive.py), a writer's
   `drained`, a stream's end on either side, and `quiet_since` for eviction.
 
@@ -46,7 +50,8 @@ log = logging.getLogger(__name__)
 PENDING_BYTES = 1 << 20  # a stream's DATA waiting for window before its writer is held
 PREFACE_SECONDS = 10.0  # a connection that has not sent the whole preface by then is closed
 FRAMES_PER_TURN = 512  # frames handled per turn of the event loop before the connection yields
-LINGER_SECONDS, LINGER_BYTES = 2.0, 16 << 20  # after a connection error: how long, and how much, is read and dropped
+LINGER_SECONDS, LINGER_BYTES = 2.0, 16 << 20  # after GOAWAY: how long, and how much, is read and dropped
+MAX_LINGERING = 32  # connections of the process lingering at once
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Limits:
 
 
 class ServerConnection(asyncio.Protocol):
+    lingering: int = 0  # connections of the process lingering now (ServerConnection.lingering)
+
     def __init__(self, on_request: Callable[[Any, Stream], Listener], limits: Limits | None = None,
                  budget: Budget | None = None, connections: OpenConnections | None = None) -> None:  # fmt: skip
         self.on_request = on_request
@@ -81,14 +88,16 @@ class ServerConnection(asyncio.Protocol):
         self._writable.set()
         self._paused = set[str]()  # why reading is paused: "write" (the transport is full), "turn" (frames left)
         self._draining = False
-        self._failed = False  # a connection error ended it: GOAWAY sent, what still arrives is dropped
+        self._ended = False  # GOAWAY sent and nothing left to do: what still arrives is dropped
         self._aborted = False
         self._lingered = 0
+        self._lingers = False
         self._preface_timer: asyncio.TimerHandle | None = None
         self.flood = FloodGuard()
         self.closed = asyncio.Event()
         self.idle_since: float | None = time.monotonic()  # None while a stream is open
         self.active_at = self.idle_since  # when a request last made progress (for eviction)
+        self.served = False  # it has answered a call (for eviction: those that never have go first)
 
     # ---- what a subclass provides --------------------------------------------------------------------------------
 
@@ -138,7 +147,7 @@ class ServerConnection(asyncio.Protocol):
             self._fail(ConnectionError(f"no HTTP/2 preface within {PREFACE_SECONDS:g} s"))
 
     def data_received(self, data: bytes) -> None:
-        if self._failed:  # GOAWAY sent: dropped until the connection closes, at most LINGER_BYTES of it
+        if self._ended:  # GOAWAY sent: dropped until the connection closes, at most LINGER_BYTES of it
             self._lingered += len(data)
             if self._lingered > LINGER_BYTES and self.transport is not None:
                 self.transport.close()
@@ -148,6 +157,9 @@ class ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None  # nothing more is written
+        if self._lingers:
+            self._lingers = False
+            ServerConnection.lingering -= 1
         if self.connections is not None:
             self.connections.closed(self)
         if self._preface_timer is not None:
@@ -197,31 +209,38 @@ class ServerConnection(asyncio.Protocol):
     def goaway(self) -> None:
         raise NotImplementedError
 
-    def evict(self) -> None:
-        """Close now, the server needs the descriptor: GOAWAY, then end what is in flight."""
-        log.info("HTTP/2 connection from %s evicted: too many connections open (max_connections)", self.peer)
+    def evict(self, limit: str = "max_connections") -> None:
+        """End it now, the server needs the room: what is in flight (only stalled uploads: a connection serving a
+        request is not evicted) is answered and reset, then GOAWAY, and the connection lingers (no descriptor
+        counted against `limit` any more) until the peer closes."""
+        log.info("HTTP/2 connection from %s evicted: too many connections open (%s)", self.peer, limit)
+        self._end_streams(f"the server has too many connections open ({limit}) and closed this quiet one: retry "
+                          "the call")  # fmt: skip
+        if self.transport is None:
+            self._aborted = True  # not made yet (accepted in the same burst): it closes as soon as it is
         self.goaway()
-        self.abort("the server has too many connections open and closed this quiet one: retry the call")
 
     def abort(self, reason: str = "the server is shutting down: retry the call") -> None:
-        """Close now (the grace period ran out, or the connection is evicted): each listener may answer with
-        `reason`, then every stream still open is reset. One not yet made (accepted in the same burst) closes as
-        soon as it is."""
+        """Close now (the grace period ran out): each listener may answer with `reason`, then every stream still
+        open is reset. One not yet made (accepted in the same burst) closes as soon as it is."""
         self._aborted = True
+        self._end_streams(reason)
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _end_streams(self, reason: str) -> None:
         for stream in list(self.streams.values()):
             if stream.listener is not None:
                 stream.listener.on_abort(reason)
             self.reset(stream)
             if stream.listener is not None:
                 stream.listener.on_reset()
-        self._flush()
-        if self.transport is not None:
-            self.transport.close()
 
     def tick(self, now: float) -> None:
         """Called about every second: end what has waited past its time bound (see the module docstring)."""
         limits = self.limits
-        if self._failed:
+        if self._ended:
             return
         if self._header_started is not None and now - self._header_started > limits.header_timeout:
             self._fail(ConnectionError(f"a header block not finished within {limits.header_timeout:g} s",
@@ -260,7 +279,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _next_turn(self) -> None:
         self._resume_reading("turn")
-        if self.transport is not None and not self._failed:
+        if self.transport is not None and not self._ended:
             self._read()
 
     def _pause_reading(self, why: str) -> None:
@@ -284,6 +303,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _close_local(self, stream: Stream) -> None:
         stream.local_closed = True
+        self.served = True
         if stream.remote_closed:  # else answered before the request ended: forgotten when it ends (a client
             self._forget(stream, notify=False)  # whose message is still being sent fails on RST_STREAM, so none)
 
@@ -312,24 +332,37 @@ class ServerConnection(asyncio.Protocol):
         self._flush()
         for stream in list(self.streams.values()):
             self._forget(stream, notify=True)
-        self._buffer.clear()
-        self._dropped_unread()
-        self._failed = True
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if not transport.can_write_eof():  # TLS: no half-close
-            transport.close()
-            return
-        transport.write_eof()
-        self._paused.clear()
-        transport.resume_reading()
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+        self._linger()
 
     def _close_if_done(self) -> None:
         if self._draining and not self.streams and self.transport is not None and not self.transport.is_closing():
             self._flush()
-            self.transport.close()
+            self._linger()
+
+    def _linger(self) -> None:
+        """Half-close, then drop what the peer still sends until it closes, for at most LINGER_SECONDS (module
+        docstring); close at once where the transport cannot half-close (TLS) or MAX_LINGERING already linger."""
+        if self._ended:
+            return  # lingering already
+        self._buffer.clear()
+        self._dropped_unread()
+        self._ended = True
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not transport.can_write_eof() or ServerConnection.lingering >= MAX_LINGERING:
+            transport.close()
+            return
+        try:
+            transport.write_eof()
+        except OSError:  # the peer is gone already
+            transport.close()
+            return
+        self._lingers = True
+        ServerConnection.lingering += 1
+        self._paused.clear()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:

@@ -219,6 +219,7 @@ class RawClient:
         self.frames: list[tuple[int, int, int, bytes]] = []  # (type, flags, stream id, payload)
         self.headers: dict[int, dict[str, str]] = {}
         self.closed = False
+        self.was_reset = False  # the server reset the connection (a clean close reads as EOF)
         self._buffer = b""
         writer.write(PREFACE + frame(4, 0, 0, b""))
 
@@ -245,7 +246,7 @@ class RawClient:
             try:
                 chunk = await asyncio.wait_for(self.reader.read(65536), max(0.01, deadline - loop.time()))
             except (ConnectionResetError, BrokenPipeError):
-                chunk = b""
+                chunk, self.was_reset = b"", True
             if not chunk:
                 self.closed = True
             self._buffer += chunk

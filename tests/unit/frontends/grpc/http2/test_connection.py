@@ -19,9 +19,10 @@ pytest.importorskip("h2")
 import h2.errors
 import h2.events
 
+from serve.frontends.grpc.http2 import lifecycle
 from serve.frontends.grpc.http2.frames import PREFACE
 from serve.frontends.grpc.http2.hpack import encode
-from serve.frontends.grpc.http2.lifecycle import Limits
+from serve.frontends.grpc.http2.lifecycle import Limits, ServerConnection
 from serve.frontends.grpc.native import Server
 from tests.unit.frontends.grpc.http2.peers import (
     ECHO,
@@ -35,6 +36,7 @@ from tests.unit.frontends.grpc.http2.peers import (
     open_stream,
     pump,
     raw,
+    raw_client,
     run,
 )
 
@@ -197,6 +199,75 @@ def test_idle_connections_past_the_limit_close_the_oldest() -> None:
         assert newest.body(stream) == message(b"new")
 
     run(test, limits=Limits(max_idle_connections=2))
+
+
+def test_past_the_idle_limit_a_connection_never_answered_goes_before_an_older_idle_client() -> None:
+    async def test(connect: Any, server: Server, port: int) -> None:
+        client = await raw_client(port)
+        client.call(1, b"one")
+        await client.until(lambda: client.ended(1))  # answered once, idle since
+        hoarder = await raw_client(port)
+        await hoarder.settled()  # connected after the client went idle, never asks for anything
+        newest = await raw_client(port)  # one more: the hoarder goes, though the client has idled longer
+        await hoarder.until_closed(5)
+        assert hoarder.goaway_code() == 0 and hoarder.closed
+        client.call(3, b"two")
+        await client.until(lambda: client.ended(3))
+        assert client.headers[3]["grpc-status"] == "0"
+        newest.call(1, b"three")
+        await newest.until(lambda: newest.ended(1))
+
+    run(test, limits=Limits(max_idle_connections=2))
+
+
+def test_an_evicted_connection_lingers_so_a_call_crossing_its_goaway_is_not_reset() -> None:
+    """The client writes a call after our GOAWAY left and before reading it. Had the server closed at once, that
+    write would meet a closed socket and the client a reset (grpc: "Stream removed (sendmsg: Broken pipe)"); it
+    reads the GOAWAY instead, whose last stream (0) says the call was not taken, so the client may retry it."""
+
+    async def test(connect: Any, server: Server, port: int) -> None:
+        evicted = await raw_client(port)
+        await evicted.settled()
+        await raw_client(port)  # past max_idle_connections: the idle one is evicted
+        await asyncio.sleep(0.3)  # the GOAWAY is on its way, unread
+        evicted.call(1, b"crossed")
+        await asyncio.sleep(0.3)
+        evicted.writer.write(frame(6, 0, 0, b"12345678"))  # a PING: a write after the reset would fail
+        await evicted.until_closed(10)
+        assert not evicted.was_reset
+        assert [struct.unpack(">II", p) for k, _, _, p in evicted.frames if k == 7] == [(0, 0)]
+        assert not evicted.ended(1)  # dropped unanswered, as the GOAWAY's last stream says
+
+    run(test, limits=Limits(max_idle_connections=1))
+
+
+def test_at_most_max_lingering_connections_linger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lingering connection holds a descriptor: past MAX_LINGERING an evicted one closes at once (its late
+    write meets a reset), and the count goes back to 0 when the lingering ones close."""
+    monkeypatch.setattr(lifecycle, "MAX_LINGERING", 1)
+    monkeypatch.setattr(lifecycle, "LINGER_SECONDS", 0.5)
+
+    async def test(connect: Any, server: Server, port: int) -> None:
+        first = await raw_client(port)
+        await first.settled()
+        second = await raw_client(port)  # evicts the first, which lingers
+        await second.settled()
+        await raw_client(port)  # evicts the second: one lingers already, so it closes at once
+        assert ServerConnection.lingering == 1
+        await asyncio.sleep(0.2)
+        for evicted in (first, second):
+            evicted.call(1, b"late")
+            await asyncio.sleep(0.1)
+            evicted.writer.write(frame(6, 0, 0, b"12345678"))
+            await evicted.until_closed(5)
+        assert not first.was_reset and second.was_reset
+        for _ in range(50):
+            if not ServerConnection.lingering:
+                break
+            await asyncio.sleep(0.1)
+        assert ServerConnection.lingering == 0
+
+    run(test, limits=Limits(max_idle_connections=1))
 
 
 def test_streams_past_the_limit_are_refused() -> None:
