@@ -67,7 +67,8 @@ def load_handler(context: Context, handler: str | None = None) -> Handler:
     model_dir = Path(context.system_properties["model_dir"])
     compat = torch_compat_enabled(context.manifest, context.model_yaml_config, model_dir)
     entry = resolve_handler(handler, model_dir, torch_compat=compat)
-    entry.initialize(context)
+    with _compat(compat):  # initialize imports too (transformers' modeling files, importlib.import_module)
+        entry.initialize(context)
     return entry
 
 

@@ -31,7 +31,6 @@ context unusable answers 500 and ends the worker (exit code 3), which the server
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import os
@@ -41,15 +40,14 @@ import traceback
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-import serve
 from serve.archive import open_archive
 from serve.batching.envelopes import PROTOCOL_HEADER
 from serve.batching.job import DESCRIBE, InferenceRequest
 from serve.batching.json_values import DECODE_ERRORS, decode_error_text
-from serve.batching.json_values import dumps as json_dumps
-from serve.errors import ArchiveError, CheckpointError, InvalidInput, PredictionException
+from serve.errors import ArchiveError, CheckpointError, InvalidInput
 from serve.nn.state_dict import StateDictMismatchError
 from serve.worker import gpu, heartbeat
+from serve.worker.answers import batch_error, error_body, serialize
 from serve.worker.context import Context
 from serve.worker.handler_loader import Handler, load_from_archive
 from serve.worker.optimizing import optimize_handler
@@ -60,11 +58,10 @@ from serve.worker.protocol import (
     read_message_sync,
     write_message_sync,
 )
+from serve.worker.torch_compat import install_torch_compat, torch_compat_enabled
 
 log = logging.getLogger("serve.worker")
 TRACEBACK_FRAMES = 4
-# what TorchServe's clients would call bad input: a handler raising one of these answers 400, not 503
-BAD_INPUT_ERRORS = (InvalidInput, json.JSONDecodeError, UnicodeDecodeError)
 EXIT_CONTEXT_LOST = 3  # a CUDA error left the context unusable: the server starts a fresh worker
 
 
@@ -136,6 +133,8 @@ def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None, dict[
         archive.manifest["model"]["handler"] = args.handler
     started = time.perf_counter()
     device = gpu.use_gpu(args.gpu, archive.model_config)
+    if torch_compat_enabled(archive.manifest, archive.model_config, archive.model_dir):
+        install_torch_compat()  # for the worker's whole life: initialize and requests may import torch too
     handler, context = load_from_archive(archive, gpu=args.gpu, batch_size=args.batch_size,
                                          limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
     log.info("model %s loaded in %.2f s on %s (pid %d)", archive.model_name, time.perf_counter() - started,
@@ -256,13 +255,13 @@ class BatchRunner:
         try:
             body, content_type = serialize(value, compact=reencoded)
         except (TypeError, ValueError) as e:
-            status, body, content_type = 503, _error_body(503, f"Unsupported model output data type: {e}"), None
+            status, body, content_type = 503, error_body(503, f"Unsupported model output data type: {e}"), None
         limit = self.max_response_size * (REENCODED_TEXT_RATIO if reencoded else 1)
         if len(body) > limit:
             what = f"{REENCODED_TEXT_RATIO} x max_response_size" if reencoded else "max_response_size"
             message = (f"the response of {len(body)} bytes exceeds {what} ({limit} bytes); raise max_response_size "
                        "in config.properties")  # fmt: skip
-            status, body, content_type = 507, _error_body(507, message), None
+            status, body, content_type = 507, error_body(507, message), None
         bodies.append(body)
         return {"status": status, "headers": headers, "content_type": set_type or content_type or "application/json",
                 "body": len(bodies) - 1}  # fmt: skip
@@ -308,55 +307,6 @@ def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any
     if describe:
         headers["describe"] = "True"
     return headers
-
-
-def batch_error(e: Exception, device: str | None = None, batch: int = 1) -> dict[str, Any]:
-    """How a handler exception answers its batch: PredictionException's code (TorchServe's too), 400 when the
-    input was bad (InvalidInput, the built-in handlers' checks; json.JSONDecodeError, UnicodeDecodeError), 507 when
-    memory ran out (on `device`, None for the host), 500 for a CUDA error that ends the worker, else TorchServe's
-    503 "Prediction failed" with the exception's text. The traceback goes to the worker's log.
-
-    Unlike TorchServe, which answers 507 for any exception whose text contains "CUDA", only allocation failures
-    are 507 here: a CUDA error from a bug is a 500 that says what it was."""
-    if isinstance(e, PredictionException) or type(e).__name__ == "PredictionException":
-        log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
-        code = getattr(e, "code", None) or getattr(e, "error_code", None) or 500
-        return {"code": int(code), "type": "PredictionException", "message": getattr(e, "message", None) or str(e)}
-    if isinstance(e, BAD_INPUT_ERRORS):
-        log.warning("handler refused a batch's input: %s: %s", type(e).__name__, e)
-        return {"code": 400, "type": "BadRequestException", "message": f"{type(e).__name__}: {e}"}
-    log.error("handler failed on a batch:\n%s", "".join(traceback.format_exception(e)).rstrip())
-    if gpu.is_out_of_memory(e):
-        message = gpu.out_of_memory_message(e, gpu.exhausted_device(e, device), batch)
-        return {"code": 507, "type": type(e).__name__, "message": message}
-    if gpu.is_fatal(e):
-        return {"code": 500, "type": type(e).__name__, "message": f"{type(e).__name__}: {e}"}
-    return {"code": 503, "type": "InternalServerException", "message": f"Prediction failed: {type(e).__name__}: {e}"}
-
-
-def serialize(value: Any, compact: bool = False) -> tuple[bytes, str]:
-    """A handler result as body bytes and the content type its kind suggests; `compact` JSON for an answer the
-    frontend re-encodes (TorchServe's indented JSON for one it sends as it is)."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value), "application/octet-stream"
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass"), "text/plain; charset=utf-8"
-    if isinstance(value, serve.Tensor):
-        buffer = io.BytesIO()
-        serve.save(value, buffer)
-        return buffer.getvalue(), "application/octet-stream"
-    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 2}
-    return json_dumps(value, default=_json_default, **layout).encode(), "application/json"  # NaN, Infinity: null
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):  # numpy arrays and scalars, serve tensors nested in a result
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable; return bytes, str or JSON-able values")
-
-
-def _error_body(code: int, message: str) -> bytes:
-    return json.dumps({"code": code, "type": "InternalServerException", "message": message}, indent=2).encode()
 
 
 if __name__ == "__main__":

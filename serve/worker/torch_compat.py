@@ -16,13 +16,25 @@ imported (`with torch_compat(): ...`), these names resolve to serve:
     ts, ts.X.Y                 -> serve.compat.ts, serve.compat.ts.X.Y
 
 so `import torch.nn as nn`, `from torchvision import models` and `from ts.torch_handler.base_handler import
-BaseHandler` work unchanged; the file keeps these objects after the import, so its code runs on serve at request
-time too (an `import torch` run later, inside a function at request time, is not redirected: import at the top).
-The torchvision and ts names are the serve.compat modules themselves (same objects, `__name__` is serve's);
-the torch modules are proxies holding serve's names, whose missing names raise an AttributeError naming what
-is covered. A module that serve.compat does not have gives an ImportError naming it and what is covered, as
-do torchaudio and torchtext. A third-party library the model file imports (transformers, timm, ...) that itself
-imports torch would see serve, and fail.
+BaseHandler` work unchanged. The torchvision and ts names are the serve.compat modules themselves (same objects,
+`__name__` is serve's); the torch modules are proxies holding serve's names, whose missing names raise an
+AttributeError naming what is covered. A torch/torchvision/ts module that serve.compat does not have gives an
+ImportError naming it and what is covered.
+
+Probing behaves like a torch install without the optional packages, because libraries decide what to import by
+probing (transformers: `importlib.util.find_spec("torch")`, then the distribution's version or `torch.__version__`):
+every proxy has a real ModuleSpec, `torch.__version__` is the torch release whose API serve follows
+(serve.compat.torch.version), and `find_spec("torchaudio")` / `find_spec("torchtext")` return None (importing them
+is a ModuleNotFoundError), as where they are not installed.
+
+Scope. In the worker process of a torch-compat archive, `install_torch_compat()` turns it on for the process's
+whole life (serve/worker/process.py, before the handler loads): transformers imports its modeling files inside
+`from_pretrained`, TorchServe's vgg_16 handler `importlib.import_module`s its model file in `initialize`, and a
+handler may import at request time; all of them get serve's. In-process loads (`load_from_archive`, tests, where
+torch is the reference) use `with torch_compat():` around the handler's import and `initialize` only: the real
+torch / torchvision / ts modules, if any are loaded, are taken out of `sys.modules` for the duration and put back
+afterwards. The swap is process-wide while it lasts: import model files at load time, not from several threads.
+A library imported outside the scope keeps the torch it saw then.
 
 The worker never imports serve.compat (it sits above the worker in the layering): modules are found by name with
 importlib, at import time.
@@ -62,9 +74,11 @@ ALIASES = {
 }
 PREFIXES = {"torch": "serve.compat.torch", "torchvision": "serve.compat.torchvision", "ts": "serve.compat.ts"}
 HIDDEN_PACKAGES = ("torch", "torchvision", "torchaudio", "torchtext", "ts")
+ABSENT_PACKAGES = ("torchaudio", "torchtext")  # as if not installed: find_spec gives None, import fails
 _COVERED = ", ".join(ALIASES) + "; torch.* from serve.compat.torch, torchvision.* and ts.* from serve.compat"
 
 _depth = 0
+_for_life = False
 _proxies: dict[str, ModuleType] = {}
 
 
@@ -124,17 +138,25 @@ def torch_compat_enabled(
     return compat_enabled(manifest, model_yaml_config, model_dir)
 
 
+def install_torch_compat() -> None:
+    """From now on, for the rest of the process, `torch` / `torchvision` / `ts` are serve's: a worker process of a
+    torch-compat archive calls it before loading the handler. Idempotent; not undone."""
+    global _for_life
+    if _for_life:
+        return
+    _enter()
+    _for_life = True
+
+
 @contextmanager
 def torch_compat() -> Iterator[None]:
-    """While the block runs, `import torch` / `torchvision` / `ts` (and their submodules) give serve's; re-entrant."""
+    """While the block runs, `import torch` / `torchvision` / `ts` (and their submodules) give serve's; re-entrant,
+    and a no-op inside install_torch_compat()."""
     global _depth
-    if _depth:
+    if _depth or _for_life:
         yield
         return
-    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if _hidden(name)}
-    sys.modules.update(_alias_modules())
-    sys.meta_path.insert(0, _FINDER)
-    _depth += 1
+    saved = _enter()
     try:
         yield
     finally:
@@ -143,6 +165,17 @@ def torch_compat() -> Iterator[None]:
         for name in [n for n in sys.modules if _hidden(n)]:
             del sys.modules[name]
         sys.modules.update(saved)
+
+
+def _enter() -> dict[str, ModuleType]:
+    """Hide the real modules (returned, to put back), map the aliases and start the finder."""
+    global _depth
+    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if _hidden(name)}
+    sys.modules.update(_alias_modules())
+    sys.modules.update(dict.fromkeys(ABSENT_PACKAGES))  # type: ignore[arg-type]  # None: "not installed"
+    sys.meta_path.insert(0, _FINDER)
+    _depth += 1
+    return saved
 
 
 def _compat_module(fullname: str) -> ModuleType | None:
@@ -173,15 +206,22 @@ def _alias_modules() -> dict[str, ModuleType]:
     also gets serve.compat.torch's names (torch._assert, torch.jit, ...)."""
     if _proxies:
         return _proxies
+    serve_file = importlib.import_module("serve").__file__
     for alias, target_name in ALIASES.items():
         target = importlib.import_module(target_name)
         proxy = _Alias(alias, target.__doc__)
         proxy.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__") or k == "__all__"})
         proxy.__path__ = []  # a package, so `import torch.x` asks the import system (and _Finder) for torch.x
+        # a real spec and file, as an installed package has: find_spec("torch") and version probes read them
+        origin = getattr(target, "__file__", None) or serve_file
+        proxy.__spec__ = ModuleSpec(alias, None, origin=origin, is_package=True)
+        proxy.__spec__.submodule_search_locations = []
+        proxy.__file__ = origin
         _proxies[alias] = proxy
     extra = _compat_module("torch")
     if extra is not None:
         _proxies["torch"].__dict__.update({k: v for k, v in vars(extra).items() if not k.startswith("__")})
+        _proxies["torch"].__dict__["__version__"] = extra.version.__version__
     for alias, module in _proxies.items():
         parent, _, child = alias.rpartition(".")
         if parent:

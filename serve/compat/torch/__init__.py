@@ -13,6 +13,7 @@ serve's own runtime names) and maps `torch.X` imports to `serve.compat.torch.X`:
     torch.utils.data                 Dataset, TensorDataset, DataLoader (batching a sequence, no workers)
     torch.utils.model_zoo            load_url (torch.hub.load_state_dict_from_url's old name)
     torch.hub                        get_dir, load_state_dict_from_url (the local cache only, never the network)
+    torch.version                    __version__ (also torch.__version__: the torch API followed), cuda/hip None
 
 Decision: these are small shims, not implementations. Serving needs no graph capture, TorchScript or
 checkpointed recomputation, so the decorators and checks keep a model file's eager code path, which is the one
@@ -23,9 +24,9 @@ from __future__ import annotations
 
 import math
 
-from serve.compat.torch import _C, fx, hub, jit, utils
+from serve.compat.torch import _C, fx, hub, jit, utils, version
 from serve.compat.torch.asserts import _assert
 
 pi, e, inf, nan = math.pi, math.e, math.inf, math.nan
 
-__all__ = ["_C", "_assert", "e", "fx", "hub", "inf", "jit", "nan", "pi", "utils"]
+__all__ = ["_C", "_assert", "e", "fx", "hub", "inf", "jit", "nan", "pi", "utils", "version"]
