@@ -1,0 +1,78 @@
+"""GPT-2 from a Hugging Face checkpoint (`transformer.h.N.attn.c_attn.weight`, ...), over the paged KV cache.
+
+GPT-2's block is pre-LayerNorm: x += c_proj(attention(q, k, v)) with q, k, v from one c_attn product, then
+x += c_proj(gelu_tanh(c_fc(x))); learned absolute positions (`wpe`) are added to the token embeddings; the output
+projection is the token embedding, transposed (tied).
+Decisions, and why:
+- Hugging Face's GPT-2 stores its projections as Conv1D, weight (in, out): already the `x @ W` layout, so they are
+  taken as stored (no transpose), unlike the Llama family's nn.Linear (out, in).
+- The output projection keeps one array (hidden, vocab) contiguous, and the token lookup gathers rows of its
+  transpose view, as in llama.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from serve.errors import CheckpointError
+from serve.zoo.decoders.attention import paged_attention
+from serve.zoo.decoders.config import DecoderConfig
+from serve.zoo.decoders.layers import Linear, gelu_tanh, layer_norm
+from serve.zoo.decoders.step import DecoderSpec, KVCache, StepBatch
+from serve.zoo.decoders.weights import Weights
+
+__all__ = ["GPT2Decoder"]
+
+
+class _Block:
+    def __init__(self, c: DecoderConfig, w: Weights, i: int, dtype: np.dtype) -> None:
+        p, h, inner = f"transformer.h.{i}.", c.hidden_size, c.intermediate_size
+
+        def conv1d(name: str, n_in: int, n_out: int) -> Linear:
+            return Linear(
+                w.take(p + name + ".weight", (n_in, n_out), dtype), w.take(p + name + ".bias", (n_out,), dtype)
+            )
+
+        self.ln_1 = (w.take(p + "ln_1.weight", (h,), dtype), w.take(p + "ln_1.bias", (h,), dtype))
+        self.ln_2 = (w.take(p + "ln_2.weight", (h,), dtype), w.take(p + "ln_2.bias", (h,), dtype))
+        self.c_attn, self.attn_proj = conv1d("attn.c_attn", h, 3 * h), conv1d("attn.c_proj", h, h)
+        self.c_fc, self.mlp_proj = conv1d("mlp.c_fc", h, inner), conv1d("mlp.c_proj", inner, h)
+
+
+class GPT2Decoder:
+    """GPT-2 implementing step.py's Decoder protocol."""
+
+    def __init__(self, config: DecoderConfig, weights: Weights, dtype: np.dtype) -> None:
+        c = self.config = config
+        if not c.tie_word_embeddings:
+            raise CheckpointError("config.json: tie_word_embeddings false is not supported for gpt2 (no lm_head)")
+        self.spec = DecoderSpec(c.num_layers, c.num_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype)
+        wte = weights.take("transformer.wte.weight", (c.vocab_size, c.hidden_size), dtype)
+        self.wpe = weights.take("transformer.wpe.weight", (c.max_position_embeddings, c.hidden_size), dtype)
+        self.blocks = [_Block(c, weights, i, dtype) for i in range(c.num_layers)]
+        self.ln_f = (
+            weights.take("transformer.ln_f.weight", (c.hidden_size,), dtype),
+            weights.take("transformer.ln_f.bias", (c.hidden_size,), dtype),
+        )
+        weights.arrays.pop("lm_head.weight", None)  # tied: some checkpoints store the copy too
+        self.lm_head = Linear(wte.T)  # (hidden, vocab)
+        self.wte = self.lm_head.weight.T  # (vocab, hidden)
+        weights.finish(ignore=(".attn.bias", ".attn.masked_bias"))  # causal-mask buffers of old checkpoints
+
+    def step(self, batch: StepBatch, cache: KVCache) -> np.ndarray:
+        c = self.config
+        x = self.wte[batch.input_ids] + self.wpe[batch.positions]  # (T, hidden)
+        for layer, b in enumerate(self.blocks):
+            x = x + self._attention(b, layer_norm(x, *b.ln_1, c.norm_eps), layer, batch, cache)
+            x = x + b.mlp_proj(gelu_tanh(b.c_fc(layer_norm(x, *b.ln_2, c.norm_eps))))
+        x = layer_norm(x[batch.logits_indices], *self.ln_f, c.norm_eps)  # (L, hidden)
+        return self.lm_head(x).astype(np.float32, copy=False)  # (L, vocab)
+
+    def _attention(self, b: _Block, h: np.ndarray, layer: int, batch: StepBatch, cache: KVCache) -> np.ndarray:
+        c = self.config
+        t = h.shape[0]
+        qkv = b.c_attn(h).reshape(t, 3, c.num_heads, c.head_dim)  # (T, 3, heads, head_dim)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        cache.write(layer, k, v, batch.slot_mapping)
+        y = paged_attention(q, cache, layer, batch, None)  # (T, heads, head_dim)
+        return b.attn_proj(y.reshape(t, c.hidden_size))  # (T, hidden)

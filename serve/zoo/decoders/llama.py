@@ -1,0 +1,116 @@
+"""The Llama-like decoder: Llama (2, 3, 3.x; TinyLlama, SmolLM), Mistral, Qwen2, Qwen3 and Phi-3 are one block
+with flags, read from Hugging Face checkpoints (`model.layers.N.self_attn.q_proj.weight`, ...).
+
+The block is pre-norm: x += o_proj(attention(rope(q), rope(k), v)) over RMSNorm(x), then x += down(silu(gate) * up)
+over RMSNorm(x). What differs, as flags from config.py:
+- Qwen2: bias on q, k and v (not on o); Llama's `attention_bias` puts it on all four, and `mlp_bias` on the MLP.
+- Qwen3: RMSNorm over each head of q and k (`q_norm`, `k_norm`, (head_dim,) weights) before RoPE.
+- Mistral, and Qwen2/Qwen3 layers of `layer_types` "sliding_attention": a sliding window in attention.
+- Phi-3: q, k, v stored fused as `qkv_proj` and gate, up as `gate_up_proj`, already in the order used here.
+Decisions, and why:
+- Q, K and V are one product and gate and up another (weights concatenated at load): one (T, hidden) @ (hidden,
+  (heads + 2 kv_heads) * head_dim) product per layer instead of three reads of the activations.
+- Tied embeddings keep one array: the output projection is the embedding transposed once at load, (hidden,
+  vocab) contiguous for the largest product of the step, and the token lookup gathers rows of its transpose view.
+- Logits only for `logits_indices`: the final norm and the vocabulary product run on those rows alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from serve.zoo.decoders.attention import paged_attention
+from serve.zoo.decoders.config import DecoderConfig
+from serve.zoo.decoders.layers import Linear, rms_norm, silu_and_mul
+from serve.zoo.decoders.rope import Rope
+from serve.zoo.decoders.step import DecoderSpec, KVCache, StepBatch
+from serve.zoo.decoders.weights import Weights
+
+__all__ = ["LlamaDecoder"]
+
+
+class _Block:
+    def __init__(self, c: DecoderConfig, w: Weights, i: int, dtype: np.dtype) -> None:
+        p = f"model.layers.{i}."
+        q_out, kv_out, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.hidden_size
+        self.input_norm = w.take(p + "input_layernorm.weight", (h,), dtype)
+        self.post_norm = w.take(p + "post_attention_layernorm.weight", (h,), dtype)
+        a, m = p + "self_attn.", p + "mlp."
+        if c.model_type == "phi3":
+            self.qkv = Linear(w.take(a + "qkv_proj.weight", (q_out + 2 * kv_out, h), dtype, transpose=True))
+            self.gate_up = Linear(w.take(m + "gate_up_proj.weight", (2 * c.intermediate_size, h), dtype, True))
+        else:
+            sizes = {"q_proj": q_out, "k_proj": kv_out, "v_proj": kv_out}
+            qkv = [w.take(f"{a}{n}.weight", (out, h), dtype, transpose=True) for n, out in sizes.items()]
+            bias = [w.take(f"{a}{n}.bias", (out,), dtype) for n, out in sizes.items()] if c.attention_bias else None
+            self.qkv = Linear(np.concatenate(qkv, axis=1), None if bias is None else np.concatenate(bias))
+            gu = [w.take(f"{m}{n}.weight", (c.intermediate_size, h), dtype, True) for n in ("gate_proj", "up_proj")]
+            gu_bias = (
+                [w.take(f"{m}{n}.bias", (c.intermediate_size,), dtype) for n in ("gate_proj", "up_proj")]
+                if c.mlp_bias
+                else None
+            )
+            self.gate_up = Linear(np.concatenate(gu, axis=1), None if gu_bias is None else np.concatenate(gu_bias))
+        o_bias = c.attention_bias and c.model_type != "qwen2"
+        self.o_proj = Linear(
+            w.take(a + "o_proj.weight", (h, q_out), dtype, True),
+            w.take(a + "o_proj.bias", (h,), dtype) if o_bias else None,
+        )
+        self.down = Linear(
+            w.take(m + "down_proj.weight", (h, c.intermediate_size), dtype, True),
+            w.take(m + "down_proj.bias", (h,), dtype) if c.mlp_bias and c.model_type != "phi3" else None,
+        )
+        if c.qk_norm:
+            self.q_norm = w.take(a + "q_norm.weight", (c.head_dim,), dtype)
+            self.k_norm = w.take(a + "k_norm.weight", (c.head_dim,), dtype)
+        self.window = c.sliding_windows[i]
+
+
+class LlamaDecoder:
+    """A Llama-like decoder implementing step.py's Decoder protocol."""
+
+    def __init__(self, config: DecoderConfig, weights: Weights, dtype: np.dtype) -> None:
+        c = self.config = config
+        self.dtype = dtype
+        assert c.rope is not None  # config.py gives every Llama-like config one
+        self.rope = Rope(c.rope, c.head_dim)
+        self.spec = DecoderSpec(
+            c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype
+        )
+        embed = weights.take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), dtype)
+        self.blocks = [_Block(c, weights, i, dtype) for i in range(c.num_layers)]
+        self.norm = weights.take("model.norm.weight", (c.hidden_size,), dtype)
+        if c.tie_word_embeddings:
+            weights.arrays.pop("lm_head.weight", None)  # some tied checkpoints store the copy too
+            self.lm_head = Linear(embed.T)  # (hidden, vocab)
+        else:
+            self.lm_head = Linear(weights.take("lm_head.weight", (c.vocab_size, c.hidden_size), dtype, True))
+        self.embed = self.lm_head.weight.T if c.tie_word_embeddings else embed  # (vocab, hidden)
+        weights.finish(ignore=("rotary_emb.inv_freq",))
+
+    def step(self, batch: StepBatch, cache: KVCache) -> np.ndarray:
+        c = self.config
+        x = self.embed[batch.input_ids]  # (T, hidden)
+        cos, sin = self.rope.cos_sin(batch.positions)
+        for layer, block in enumerate(self.blocks):
+            x = x + self._attention(block, rms_norm(x, block.input_norm, c.norm_eps), cos, sin, layer, batch, cache)
+            x = x + block.down(silu_and_mul(block.gate_up(rms_norm(x, block.post_norm, c.norm_eps))))
+        x = rms_norm(x[batch.logits_indices], self.norm, c.norm_eps)  # (L, hidden)
+        return self.lm_head(x).astype(np.float32, copy=False)  # (L, vocab)
+
+    def _attention(
+        self, b: _Block, h: np.ndarray, cos: np.ndarray, sin: np.ndarray, layer: int, batch: StepBatch, cache: KVCache
+    ) -> np.ndarray:
+        c = self.config
+        t, d = h.shape[0], c.head_dim
+        qkv = b.qkv(h)  # (T, (heads + 2 kv_heads) * head_dim)
+        q_end, k_end = c.num_heads * d, (c.num_heads + c.num_kv_heads) * d
+        q = qkv[:, :q_end].reshape(t, c.num_heads, d)  # (T, heads, head_dim)
+        k = qkv[:, q_end:k_end].reshape(t, c.num_kv_heads, d)  # (T, kv_heads, head_dim)
+        v = qkv[:, k_end:].reshape(t, c.num_kv_heads, d)
+        if c.qk_norm:
+            q, k = rms_norm(q, b.q_norm, c.norm_eps), rms_norm(k, b.k_norm, c.norm_eps)
+        q, k = self.rope.apply(q, cos, sin), self.rope.apply(k, cos, sin)
+        cache.write(layer, k, v, batch.slot_mapping)
+        y = paged_attention(q, cache, layer, batch, b.window)  # (T, heads, head_dim)
+        return b.o_proj(y.reshape(t, c.num_heads * d))  # (T, hidden)
