@@ -13,7 +13,8 @@ in one pass over the request's headers:
 - TorchServe's error bodies for any failure (responses.py).
 An answer the handler gave headers of its own, a streamed one, an error or a status without a body go through
 Starlette's Response and the middleware's `answering`, as before. Everything else (ping, explanations, the API
-description, docs, an unknown path) goes to the app unchanged. With CORS configured the wrapper is not used, so
+description, docs, an unknown path, the OpenAI routes under `/predictions/{m}[/{v}]/v1/...`) goes to the app
+unchanged. With CORS configured the wrapper is not used, so
 CORS headers are never skipped.
 
 The wrapper passes attribute reads through to the app (`app.state`, `app.openapi()`), so it stands in for it.
@@ -35,6 +36,7 @@ from serve.frontends.http.middleware import answering, with_common_headers
 from serve.frontends.http.parsing import parse_request
 from serve.frontends.http.responses import error_response, inference_response
 from serve.frontends.http.routers.predictions import METHODS
+from serve.frontends.openai.routes import is_openai_path
 from serve.frontends.request_ids import new_request_id
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ class PredictionFastPath:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in _METHODS and scope["path"].startswith(PREFIX):
             params = _path_params(scope["path"])
-            if params is not None:
+            if params is not None and not (len(params) > 2 and is_openai_path(scope["path"])):
                 await self._predict(scope, receive, send, params)
                 return
         await self.app(scope, receive, send)

@@ -6,7 +6,8 @@ from the query string themselves (params.py) nor what they answer on failure, no
 hot paths. This module finishes the generated document, in one place, from the routes the app really has:
 - every method a route answers is listed (`/ping` and `/api-description` answer any method, as TorchServe's);
 - the plain routes (`/predictions`, `/explanations`, KServe v1's `/v1` and `/`, the Open Inference Protocol's
-  `/v2`) are described here, by path, with their path parameters and bodies;
+  `/v2` and its generate extension, the OpenAI-compatible `/v1/...`) are described here, by path, with their path
+  parameters and bodies;
 - the management routes list their query parameters, with the bounds the server checks (the worker caps of this
   server's settings);
 - each operation lists the statuses it answers: 202/206 for worker updates, and the errors of the one error table
@@ -49,6 +50,7 @@ STATUS_TEXT = {
     405: "The model API is off: start with --enable-model-api",
     409: "That model version is already registered",
     413: "Body larger than max_request_size",
+    429: "Too many requests: the model's queue or KV cache budget is full (generative models)",
     500: "The model could not be loaded, or its worker died",
     503: "No ready worker, the queue is full, or the handler failed (TorchServe's 'Prediction failed')",
     504: "No answer within the model's response_timeout",
@@ -158,8 +160,27 @@ V1_INSTANCES = {
 RAW_BODY = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
             "application/json": {"schema": {}}, "text/plain": {"schema": {"type": "string"}}}  # fmt: skip
 
+OPENAI_ERROR = {
+    "type": "object",
+    "properties": {"error": {"type": "object", "properties": {"message": {"type": "string"}, "type": {"type":
+                   "string"}, "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}},
+                             "required": ["message", "type"]}},
+    "required": ["error"],
+}  # fmt: skip
+OPENAI_BODY = {"application/json": {"schema": {"type": "object", "properties": {"model": {"type": "string"}},
+                                               "description": "OpenAI's request body (serve/frontends/openai/"
+                                               "schemas.py); unknown fields are a 400"}}}  # fmt: skip
+GENERATE_BODY = {"application/json": {"schema": {"type": "object", "properties": {"text_input": {"type": "string"},
+                 "parameters": {"type": "object"}}, "required": ["text_input"]}}}  # fmt: skip
+OPENAI_ERRORS = (400, 401, 404, 413, 429, 500, 503, 504, 507)
+
 # plain routes: path pattern -> (summary, success answer, error statuses, error body, request body content)
 PLAIN: list[tuple[str, str, tuple[int, ...], dict[str, Any], dict[str, Any] | None]] = [
+    (r"/v1/(completions|chat/completions|embeddings)$", "OpenAI-compatible completions, chat or embeddings "
+     "(JSON, or Server-Sent Events with stream=true)", OPENAI_ERRORS, OPENAI_ERROR, OPENAI_BODY),
+    (r"^/predictions/.+/v1/models(/[^/]+)?$", "OpenAI-compatible model list", (400, 401, 404), OPENAI_ERROR, None),
+    (r"/generate(_stream)?$", "Open Inference Protocol generate extension (generate_stream: Server-Sent Events)",
+     (400, 401, 404, 413, 500, 503, 504, 507), V2_ERROR, GENERATE_BODY),
     (r"^/predictions/", "Run the model's handler on the body", INFERENCE_ERRORS, TS_ERROR, RAW_BODY),
     (r"^/explanations/", "Explain with the model's handler", INFERENCE_ERRORS, TS_ERROR, RAW_BODY),
     (r"^/v2/health/", "Open Inference Protocol health", (503,), V2_ERROR, None),

@@ -98,8 +98,8 @@ def test_versions_sub_routes_and_explanations(tmp_path):
     async def check(server: Server) -> None:
         await server.inference.post("/predictions/mnist/2.0", content=b"x")
         assert server.registry.calls[-1][1:3] == ("mnist", "2.0")
-        await server.inference.post("/predictions/mnist/2.0/v1/chat/completions", content=b"x")
-        assert _submitted(server).headers["url_path"] == "v1/chat/completions"
+        await server.inference.post("/predictions/mnist/2.0/v1/generate/custom", content=b"x")
+        assert _submitted(server).headers["url_path"] == "v1/generate/custom"  # OpenAI's own: tests/unit/.../openai
         await server.inference.post("/explanations/mnist", content=b"x")
         req = _submitted(server)
         assert req.explain is True and req.headers["explain"] == "True"
