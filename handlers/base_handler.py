@@ -22,6 +22,19 @@ Warm-up (ours): `example_inputs(batch_size)` returns what `inference` passes the
 or None (the default) when the shape is not known; the worker warms its optimized model up with it before it
 reports ready (serve/worker/optimizing.py). The vision, text and tensor handlers implement it.
 
+Streaming: `handle` may return an iterator (each item: one chunk per request), or call TorchServe's
+`send_intermediate_predict_response(ret_list, context.request_ids, message, code, context)` (from
+`ts.handler_utils.utils`) for each chunk and return the last. REST answers chunked, gRPC StreamPredictions one
+message per chunk. Continuous mode (ours; what TorchServe's `continuousBatching: true` asks for): a handler class
+with `continuous = True` gets no batches; each request arrives alone as soon as the server has it, while others run:
+
+    def submit(self, request_id, data, context, emit): ...  # return at once; emit(body, final=False, code=200)
+    def cancel(self, request_id): ...                        # the client went away, or its deadline passed
+
+`emit` may be called from any thread; each call is one chunk (bytes, str, or a JSON value written compactly); the
+first final emit with code >= 400 is the request's error. serve/worker/continuous.py has the details; the model-
+config's `continuousMaxInFlight` (256) bounds the requests each worker holds.
+
 Where we differ from TorchServe, on purpose:
 - Per-request errors. `decode_rows(data, fn)` decodes each request on its own; a request whose input is bad
   (`fn` raises ValueError, RecursionError, InvalidInput or PredictionException) answers with its own status code

@@ -4,12 +4,14 @@
 
 Nothing is silently ignored. A key whose setting would change how requests are answered, were it honoured, is
 refused with a 400 that names it and says it is not supported (a model that relies on it would misbehave):
-`sequenceBatching`, `continuousBatching`, `stateful`, `useJobTicket`, `asyncCommunication` when true,
+`sequenceBatching`, `stateful`, `useJobTicket`, `asyncCommunication` when true,
 `parallelType` when not empty, `parallelLevel` over 1 and `clientTimeoutInMills` over 0. A key that is harmless
 to leave out (the sequence-batching limits, which matter only with sequence batching, itself refused; `useVenv`;
 `pt2`, TorchServe's torch.compile / AOTInductor settings, where serve runs its own inference plan) is warned about
 once, at registration, in the log, and describe lists it under `ignoredConfigKeys`. Every other key either is
 ours or TorchServe's and honoured, or reaches the handler as `context.model_yaml_config` (the `handler:` section).
+`continuousBatching: true` is honoured when the handler declares `continuous = True`: the worker checks it at load
+and refuses the registration (400) naming what the handler lacks otherwise (serve/worker/continuous.py).
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ def _over(limit: int) -> Callable[[Any], bool]:
 # key -> when its value asks for what serve does not do
 REFUSED: dict[str, Callable[[Any], bool]] = {
     "sequenceBatching": _true,
-    "continuousBatching": _true,
     "stateful": _true,
     "useJobTicket": _true,
     "asyncCommunication": _true,

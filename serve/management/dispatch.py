@@ -79,6 +79,8 @@ def _response(desc: dict[str, Any], bodies: list[bytes]) -> InferenceResponse:
 def _route_chunk(jobs: list[Job], responses: list[dict[str, Any]], bodies: list[bytes],
                  streams: dict[int, asyncio.Queue[Any]]) -> None:  # fmt: skip
     for i, (job, desc) in enumerate(zip(jobs, responses)):
+        if desc is None:  # send_intermediate_predict_response named only some requests of the batch
+            continue
         response = _response(desc, bodies)
         if i not in streams:
             streams[i] = asyncio.Queue()

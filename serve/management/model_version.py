@@ -25,6 +25,9 @@ Ours (TorchServe has neither), checked at registration, a bad value refused with
 - `workerMemoryLimit: bytes` (also in the `models` property; 0: none): the resident memory a worker may hold after
   a batch before it is replaced; beats `worker_memory_limit`, whose default is a share of the host's memory
   (serve/management/memory.py). Describe shows the limit in force now (0: none).
+- `continuousMaxInFlight: n` (default 256): for a handler that runs in continuous mode (`continuous = True`, which
+  TorchServe's `continuousBatching: true` asks for), how many requests each worker holds at once; the rest wait in
+  the job queue (serve/management/continuous.py).
 GPUs: the workers take `deviceIds` (each in 0..number_of_gpu-1; anything else is ignored with a warning and every
 GPU is used), else every GPU, in turn (round-robin), as TorchServe; `deviceType: cpu`, or number_of_gpu = 0, runs
 them on the CPU.
@@ -45,6 +48,7 @@ from serve.batching import Batcher, JobQueue
 from serve.config import Settings
 from serve.errors import InvalidInput, ModelNotReady
 from serve.management.config_keys import unsupported_keys
+from serve.management.continuous import DEFAULT_MAX_IN_FLIGHT
 from serve.management.memory import MemoryLimit
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
@@ -64,6 +68,7 @@ CONFIG_KEYS = {
     "jobQueueSize": ("job_queue_size", 1),
     "maxRetryTimeoutInSec": ("max_retry_timeout", 0),
     "workerMemoryLimit": ("memory_limit", 0),
+    "continuousMaxInFlight": ("max_in_flight", 1),
 }
 DEFAULT_MAX_RETRY_S = 300
 DTYPES = ("float32", "float16", "bfloat16")
@@ -86,6 +91,7 @@ class VersionConfig:
     optimize: bool = True
     memory_limit: int | None = None  # bytes per worker (0: none; None: worker_memory_limit, or its default)
     ignored_keys: tuple[str, ...] = ()  # TorchServe model-config keys serve ignores (config_keys.py)
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests sent and unanswered per continuous worker
 
 
 def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
@@ -212,7 +218,8 @@ class ModelVersion:
                           settings.limit_max_image_pixels, config.threads, settings.worker_heartbeat_interval,
                           settings.worker_heartbeat_misses)  # fmt: skip
         pool_settings = PoolSettings(config.response_timeout, config.max_retry_timeout,
-                                     settings.unregister_model_timeout, config.gpu_ids)  # fmt: skip
+                                     settings.unregister_model_timeout, config.gpu_ids,
+                                     config.max_in_flight)  # fmt: skip
         configured = settings.worker_memory_limit if config.memory_limit is None else config.memory_limit
         memory_limit = MemoryLimit(configured, workers_running or (lambda: self.pool.active))
         self.pool = WorkerPool(spec, self.queue, self.batcher, metrics, pool_settings, next_id, memory_limit)
@@ -262,7 +269,7 @@ class ModelVersion:
         if c.ignored_keys:
             out["ignoredConfigKeys"] = list(c.ignored_keys)
         out.update({
-            "continuousBatching": False, "useJobTicket": False, "useVenv": False, "stateful": False,
+            "continuousBatching": self.pool.continuous, "useJobTicket": False, "useVenv": False, "stateful": False,
             "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 1, "maxSequenceJobQueueSize": 1,
             "loadedAtStartup": self.loaded_at_startup, "workers": self.pool.describe_workers(),
             "jobQueueStatus": {"remainingCapacity": self.queue.remaining_capacity, "pendingRequests": len(self.queue)},

@@ -90,6 +90,7 @@ class WorkerProcess:
         self.ended_by: str | None = None  # unresponsive, response_timeout, memory: why it was ended on purpose
         self.loaded_memory = 0  # resident bytes once the model was loaded (READY)
         self.optimization: dict[str, Any] = {}  # the ready handshake's report (serve/worker/optimizing.py)
+        self.continuous = False  # the handshake says its handler runs in continuous mode (serve/worker/continuous.py)
 
     @property
     def alive(self) -> bool:
@@ -158,6 +159,7 @@ class WorkerProcess:
             raise self._load_error(f"unexpected handshake {header.get('type')!r} from the worker")
         optimization = header.get("optimization")
         self.optimization = optimization if isinstance(optimization, dict) else {}
+        self.continuous = header.get("continuous") is True
 
     def _load_error(self, detail: str, kind: type[ModelLoadError] = ModelLoadError) -> ModelLoadError:
         self.state = DEAD
@@ -174,8 +176,16 @@ class WorkerProcess:
         except (BrokenPipeError, ConnectionResetError):
             raise WorkerError(self.death_message("while the batch was sent")) from None
 
-    async def receive(self, timeout: float) -> Message:
-        """The next message; TimeoutError after `timeout` s, WorkerError when the process died or garbled it."""
+    def post(self, header: dict[str, Any]) -> None:
+        """Write one small message without waiting for the pipe to drain (a cancel, from a synchronous callback);
+        dropped when the process is gone. Frames are written whole, so it never splits another message."""
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is not None and not stdin.is_closing() and self.alive:
+            stdin.write(encode(header))
+
+    async def receive(self, timeout: float | None) -> Message:
+        """The next message; TimeoutError after `timeout` s (None: no limit), WorkerError when the process died or
+        garbled it."""
         # a re-encoded (v1/v2) answer may be REENCODED_TEXT_RATIO times max_response_size as it travels here
         limit = self.spec.max_response_size * REENCODED_TEXT_RATIO * self.spec.batch_size + HANDSHAKE_BYTES
         try:

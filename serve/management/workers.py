@@ -55,6 +55,7 @@ from typing import Any
 
 from serve.batching import Batcher, JobQueue
 from serve.errors import ModelLoadError, ModelNotReady, WorkerError
+from serve.management.continuous import DEFAULT_MAX_IN_FLIGHT, ContinuousDispatch
 from serve.management.dispatch import run_batch
 from serve.management.memory import MemoryLimit, mib
 from serve.management.worker_process import READY, STARTING, STOPPED, UNLOADING, WorkerProcess, WorkerSpec
@@ -72,6 +73,7 @@ class PoolSettings:
     max_retry_timeout: float = 300
     stop_timeout: float = 120  # how long a stopping worker may take to finish its batch and exit
     gpu_ids: tuple[int, ...] = ()  # round-robin over these; () runs on the CPU
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # jobs sent and unanswered per continuous worker (continuous.py)
 
 
 class WorkerSlot:
@@ -131,6 +133,11 @@ class WorkerPool:
     @property
     def live(self) -> int:
         return sum(1 for s in self.slots if s.state == READY)
+
+    @property
+    def continuous(self) -> bool:
+        """Whether its workers run their handler in continuous mode (the ready handshake said so)."""
+        return any(s.worker is not None and s.worker.continuous for s in self.slots)
 
     @property
     def active(self) -> int:
@@ -305,6 +312,8 @@ class WorkerPool:
         """The batch loop, until the slot stops or its process is lost (False) or was stopped for its memory (True)."""
         worker = slot.worker
         assert worker is not None
+        if worker.continuous:
+            return await self._serve_continuous(slot, worker)
         while not slot.stopping and worker.alive:
             await slot.wait(self.queue.waiter())
             if slot.stopping or not worker.alive:
@@ -326,6 +335,25 @@ class WorkerPool:
             slot.last_error = worker.death_message("while idle")
             log.error("model %s version %s: %s", self.spec.model_name, self.spec.version, slot.last_error)
         return False
+
+    async def _serve_continuous(self, slot: WorkerSlot, worker: WorkerProcess) -> bool:
+        """A continuous worker's loop (continuous.py) instead of batches; False when its process was lost."""
+        dispatch = ContinuousDispatch(worker, self.queue, self.settings.max_in_flight, self.settings.response_timeout,
+                                      self._sent)  # fmt: skip
+        slot.busy = True
+        try:
+            error = await dispatch.run(slot)
+        finally:
+            slot.busy = False
+        if error is not None and not slot.stopping:
+            slot.last_error = error
+            log.error("model %s version %s: %s", self.spec.model_name, self.spec.version, error)
+        return False
+
+    def _sent(self, job: Any) -> None:
+        name = self.spec.model_name
+        self.metrics.queue_latency(name, job.request.requested_version, time.monotonic() - job.enqueue_time)
+        self.metrics.queue_depth(name, self.spec.version, len(self.queue))
 
     def _over_memory(self, slot: WorkerSlot, worker: WorkerProcess) -> bool:
         """True when the worker holds more than its memory limit and a new worker would not (memory.py)."""

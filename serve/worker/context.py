@@ -6,13 +6,18 @@ none), `metrics`. Per batch (`begin_batch`): `request_ids` and one `RequestProce
 request headers and the response status and headers the handler sets.
 
 Request header names are matched case-insensitively (HTTP header names are), unlike TorchServe's exact match.
+
+Streaming (TorchServe's `send_intermediate_predict_response`): while a batch runs, the worker installs a sink
+(`intermediate_sink`); `send_intermediate_response(ret, request_id_map, code)` hands it one intermediate chunk per
+request named in `request_id_map` (`ret[idx]` for each `idx` of the map), from the handler's thread or any other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from serve.batching.job import InferenceRequest
 from serve.worker.metrics_cache import MetricsCache
 
 SEQUENCE_ID_HEADER = "ts_request_sequence_id"
@@ -84,6 +89,8 @@ class Context:
         self.request_processor: list[RequestProcessor] = []
         self.stopping_criteria = None
         self.cl_socket = None
+        # set by the worker while a batch runs: (ret, request_id_map, code) -> one chunk per request of the map
+        self.intermediate_sink: Callable[[list[Any], Mapping[int, str], int], None] | None = None
 
     @property
     def system_properties(self) -> dict[str, Any]:
@@ -95,6 +102,17 @@ class Context:
         headers = headers if headers is not None else [{} for _ in self.request_ids]
         self.request_processor = [RequestProcessor(h) for h in headers]
         self.metrics.request_ids = self.request_ids
+
+    def send_intermediate_response(self, ret: list[Any], request_id_map: Mapping[int, str], code: int = 200) -> None:
+        """Send `ret[idx]` to the client of `request_id_map[idx]`, for each idx of the map, as one chunk of its
+        streamed answer (TorchServe's send_intermediate_predict_response); what the handler returns is the last."""
+        sink = self.intermediate_sink
+        if sink is None:
+            raise RuntimeError(
+                "send_intermediate_predict_response was called outside a batch (the handler returned, "
+                "or no request is being handled): send intermediate chunks before handle() returns"
+            )
+        sink(ret, request_id_map, code)
 
     def get_request_id(self, idx: int = 0) -> str | None:
         return self.request_ids.get(idx)
@@ -136,3 +154,14 @@ class Context:
         while len(self.request_processor) <= idx:
             self.request_processor.append(RequestProcessor())
         return self.request_processor[idx]
+
+
+def handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any]:
+    """TorchServe's per-request header dict: each input's content type, then the request headers, then the
+    `explain`/`describe` flags the frontend adds."""
+    headers: dict[str, Any] = {name: {"content-type": ct} for name, ct in request.content_types.items()}
+    headers.update(request.headers)
+    headers["explain"] = "True" if request.explain else "False"
+    if describe:
+        headers["describe"] = "True"
+    return headers

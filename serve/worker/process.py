@@ -20,7 +20,9 @@ written as compact JSON and may be protocol.REENCODED_TEXT_RATIO times max_respo
 cannot be decoded (JSON nested too deeply, an integer over the digit limit) is answered 400 on its own and never
 reaches the handler, which runs the rest of the batch. JSON results are standard JSON: NaN and Infinity are
 written as null. A handler whose `handle` returns an iterator streams: each item it yields is a list with one chunk
-per request.
+per request. So does one that calls TorchServe's `send_intermediate_predict_response` (context.py's sink) during
+`handle`: each call is a chunk (null for the batch's requests it does not name), and the list `handle` returns is
+the last chunk. A handler with `continuous = True` is not run in batches at all (continuous.py).
 
 GPUs (gpu.py): a worker given `--gpu N` makes cuda:N current before the handler loads (or warns and runs on the
 CPU when CUDA is not usable). A batch that runs out of memory answers 507 with a message naming the device and
@@ -35,9 +37,10 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 from serve.archive import open_archive
@@ -48,7 +51,8 @@ from serve.errors import ArchiveError, CheckpointError, InvalidInput
 from serve.nn.state_dict import StateDictMismatchError
 from serve.worker import gpu, heartbeat
 from serve.worker.answers import batch_error, error_body, serialize
-from serve.worker.context import Context
+from serve.worker.context import Context, handler_headers
+from serve.worker.continuous import ContinuousRunner, check_continuous, is_continuous
 from serve.worker.handler_loader import Handler, load_from_archive
 from serve.worker.optimizing import optimize_handler
 from serve.worker.protocol import (
@@ -87,14 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as e:
         write_message_sync(channel_out, load_error(e))
         return 1
-    write_message_sync(channel_out, {"type": "ready", "pid": os.getpid(), "optimization": optimization})
-    runner = BatchRunner(handler, context, channel_out, args.max_response_size, device)
+    continuous = is_continuous(handler)
+    ready = {"type": "ready", "pid": os.getpid(), "optimization": optimization, "continuous": continuous}
+    write_message_sync(channel_out, ready)
+    lock = threading.Lock()  # one writer on the channel: a continuous handler emits from its own threads
+    runner = BatchRunner(handler, context, channel_out, args.max_response_size, device, lock)
+    streams = ContinuousRunner(handler, context, channel_out, args.max_response_size, lock) if continuous else None
     while (message := read_message_sync(channel_in, args.max_input_bytes)) is not None:
         header, payloads = message
         if header.get("type") == "batch":
             runner.run(header, payloads)
             if runner.context_lost:
                 return EXIT_CONTEXT_LOST
+        elif streams is not None:
+            streams.handle(header, payloads)
     return 0
 
 
@@ -139,6 +149,7 @@ def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None, dict[
                                          limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
     log.info("model %s loaded in %.2f s on %s (pid %d)", archive.model_name, time.perf_counter() - started,
              device or "the CPU", os.getpid())  # fmt: skip
+    check_continuous(handler, archive.model_config)
     optimization = optimize_handler(handler, archive.model_config, args.batch_size, device)
     return handler, context, device, optimization
 
@@ -171,13 +182,15 @@ class BatchRunner:
     """Runs batches through the handler and writes their results to the channel."""
 
     def __init__(self, handler: Handler, context: Context, channel: BinaryIO, max_response_size: int,
-                 device: str | None = None) -> None:  # fmt: skip
+                 device: str | None = None, lock: threading.Lock | None = None) -> None:  # fmt: skip
         self.refused: dict[int, dict[str, Any]] = {}  # this batch's requests whose input did not decode (400)
         self.handler, self.context, self.channel = handler, context, channel
         self.max_response_size = max_response_size
         self.reencoded: list[bool] = []  # per request the handler sees: its answer is re-encoded by the frontend
         self.device = device  # "cuda:N" when the handler runs on a GPU
         self.context_lost = False  # a CUDA error made the device unusable: the worker must exit
+        self._lock = lock or threading.Lock()  # one writer: send_intermediate_predict_response may come from any thread
+        self._sent_intermediate = False
 
     def run(self, header: dict[str, Any], payloads: list[bytes]) -> None:
         batch_id = header["id"]
@@ -186,17 +199,18 @@ class BatchRunner:
         kept = [r for i, r in enumerate(requests) if i not in self.refused]
         self.reencoded = [r.headers.get(PROTOCOL_HEADER) in REENCODED_PROTOCOLS for r in kept]
         self.context.begin_batch({i: r.request_id for i, r in enumerate(kept)},
-                                 [_handler_headers(r, header.get("kind") == DESCRIBE) for r in kept])  # fmt: skip
+                                 [handler_headers(r, header.get("kind") == DESCRIBE) for r in kept])  # fmt: skip
         self.context.metrics.clear()
         started = time.perf_counter()
         end: dict[str, Any] = {}
         bodies: list[bytes] = []
-        out_of_memory = streamed = False
+        out_of_memory = streamed = self._sent_intermediate = False
+        self.context.intermediate_sink = lambda ret, ids, code: self._intermediate(batch_id, ret, ids, code)
         try:
             output = self.handler.handle(inputs, self.context) if kept else []
-            if isinstance(output, Iterator):
+            if isinstance(output, Iterator) or self._sent_intermediate:  # what handle returned is the last chunk
                 streamed = True
-                self._stream(batch_id, output, len(kept))
+                self._stream(batch_id, output if isinstance(output, Iterator) else iter([output]), len(kept))
                 end = {"end": True}
             else:
                 responses, bodies = self._responses(output, len(kept))
@@ -207,20 +221,47 @@ class BatchRunner:
             end = {"error": batch_error(e, self.device, len(kept))}
             out_of_memory = gpu.is_out_of_memory(e)
             self.context_lost = self.device is not None and gpu.is_fatal(e)
+        with self._lock:
+            self.context.intermediate_sink = None
+            streamed = streamed or self._sent_intermediate
         if "error" in end and self.refused and not streamed:  # the refused requests keep their own 400
             end = {"responses": [_error_response(end["error"], bodies) for _ in kept]}
         if "responses" in end:
             end["responses"] = self._with_refused(end["responses"], bodies, len(requests))
         handler_ms = (time.perf_counter() - started) * 1000
         result = {"type": "result", "id": batch_id, **end, "handler_ms": handler_ms, "metrics": self._metrics()}
-        write_message_sync(self.channel, result, bodies)
+        self._write(result, bodies)
         if self.context_lost:
             log.error("the CUDA context of %s is unusable after that error: this worker exits and the server "
                       "starts a new one", self.device)  # fmt: skip
         elif out_of_memory:
             gpu.release_memory(self.device)
 
-    def _with_refused(self, responses: list[dict[str, Any]], bodies: list[bytes], n: int) -> list[dict[str, Any]]:
+    def _write(self, header: dict[str, Any], bodies: list[bytes]) -> None:
+        with self._lock:
+            write_message_sync(self.channel, header, bodies)
+
+    def _intermediate(self, batch_id: int, ret: list[Any], request_id_map: Mapping[int, str], code: int) -> None:
+        """One chunk for the requests of `request_id_map` (`ret[idx]` for each idx; null for the batch's others):
+        TorchServe's send_intermediate_predict_response. `code` other than 200 is those requests' status."""
+        with self._lock:
+            if self.context.intermediate_sink is None:
+                raise RuntimeError("send_intermediate_predict_response after the batch was answered")
+            position = {rid: i for i, rid in self.context.request_ids.items()}
+            bodies: list[bytes] = []
+            partial: list[dict[str, Any] | None] = [None] * len(position)
+            for idx, request_id in request_id_map.items():
+                if request_id not in position:
+                    raise ValueError(f"send_intermediate_predict_response: request id {request_id!r} is not in the "
+                                     "batch being handled; pass context.request_ids (or a part of it)")  # fmt: skip
+                desc = partial[position[request_id]] = self._response(position[request_id], ret[idx], bodies)
+                desc["status"] = code if code != 200 else desc["status"]
+            responses = self._with_refused(partial, bodies, len(position) + len(self.refused))
+            write_message_sync(self.channel, {"type": "chunk", "id": batch_id, "responses": responses}, bodies)
+            self.refused = {i: {**e, "message": ""} for i, e in self.refused.items()}  # later chunks: status only
+            self._sent_intermediate = True
+
+    def _with_refused(self, responses: list[Any], bodies: list[bytes], n: int) -> list[Any]:
         """`responses` (one per request the handler saw) with each refused request's 400 at its place in the batch."""
         if not self.refused:
             return responses
@@ -231,7 +272,7 @@ class BatchRunner:
         for item in output:
             responses, bodies = self._responses(item, n)
             responses = self._with_refused(responses, bodies, n + len(self.refused))
-            write_message_sync(self.channel, {"type": "chunk", "id": batch_id, "responses": responses}, bodies)
+            self._write({"type": "chunk", "id": batch_id, "responses": responses}, bodies)
             self.refused = {i: {**e, "message": ""} for i, e in self.refused.items()}  # later chunks: status only
 
     def _responses(self, output: Any, n: int) -> tuple[list[dict[str, Any]], list[bytes]]:
@@ -296,17 +337,6 @@ def _error_response(error: dict[str, Any], bodies: list[bytes]) -> dict[str, Any
     """A per-request response carrying `error` ({code, type, message}) as TorchServe's error body."""
     bodies.append(json.dumps(error, indent=2).encode() if error["message"] else b"")
     return {"status": error["code"], "headers": {}, "content_type": "application/json", "body": len(bodies) - 1}
-
-
-def _handler_headers(request: InferenceRequest, describe: bool) -> dict[str, Any]:
-    """TorchServe's per-request header dict: each input's content type, then the request headers, then the
-    `explain`/`describe` flags the frontend adds."""
-    headers: dict[str, Any] = {name: {"content-type": ct} for name, ct in request.content_types.items()}
-    headers.update(request.headers)
-    headers["explain"] = "True" if request.explain else "False"
-    if describe:
-        headers["describe"] = "True"
-    return headers
 
 
 if __name__ == "__main__":

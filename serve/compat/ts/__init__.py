@@ -6,6 +6,7 @@
     ts.utils.util                                    map_class_to_label, load_label_mapping, PredictionException, ...
     ts.metrics.{metric_type_enum, dimension}         MetricTypes, Dimension; the cache API is `context.metrics`
     ts.handler_utils.{timer, micro_batching}         the `timed` decorator, MicroBatching (plain Python threads)
+    ts.handler_utils.utils, ts.protocol.otf_message_handler   send_intermediate_predict_response (streaming)
 
 Decision: these modules are thin, TorchServe-named adapters over serve's own classes (handlers.base_handler,
 serve.worker.context, serve.worker.metrics_cache), not a second implementation, so a TorchServe handler and a

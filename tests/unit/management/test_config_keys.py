@@ -16,7 +16,6 @@ from tests.unit.management.models import CONTROL_HANDLER, model_dir, run, runnin
     "config, key",
     [
         ("sequenceBatching: true\n", "sequenceBatching"),
-        ("continuousBatching: true\n", "continuousBatching"),
         ("stateful: true\n", "stateful"),
         ("useJobTicket: true\n", "useJobTicket"),
         ("asyncCommunication: true\n", "asyncCommunication"),

@@ -1,0 +1,1 @@
+"""`ts.protocol`: only what TorchServe handlers import from it (the older home of the streaming call)."""
