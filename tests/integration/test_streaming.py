@@ -56,6 +56,7 @@ def handle(data, context):
 
 TOKS = """
 import json
+import os
 import threading
 import time
 
@@ -81,6 +82,8 @@ class Toks:
         if body.get("fail"):
             emit({"message": "this request asked to fail"}, final=True, code=400)
             return
+        if body.get("die"):
+            os._exit(3)
         with self.lock:
             if body.get("group"):
                 self.groups.setdefault(body["group"], set()).add(body["name"])
@@ -278,3 +281,25 @@ def test_continuous_batching_is_accepted_only_for_a_continuous_handler(server: S
                                                           "synchronous": "true"}, timeout=TIMEOUT)  # fmt: skip
     assert r.status_code == 400, r.text
     assert "continuous = True" in r.json()["message"] and "submit(request_id, data, context, emit)" in r.text
+
+
+def test_a_worker_crash_fails_its_streams_in_flight_and_the_worker_restarts(server: ServerProcess) -> None:
+    """Last in this file: it restarts the toks worker."""
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        stub = ipb_grpc.InferenceAPIsServiceStub(channel)
+        body = json.dumps({"name": "crash", "n": 100000}).encode()
+        call = stub.StreamPredictions(ipb.PredictionsRequest(model_name="toks", input={"data": body}), timeout=TIMEOUT)
+        next(call)
+        dead = httpx.post(f"{server.inference}/predictions/toks", json={"die": True}, timeout=TIMEOUT)
+        assert dead.status_code == 500 and "Worker died" in dead.text, dead.text
+        with pytest.raises(grpc.RpcError) as broken:
+            for _ in range(100000):
+                next(call)
+        assert "Worker died" in (broken.value.details() or ""), broken.value.details()
+    deadline = time.monotonic() + WAIT_SECONDS
+    status = 0
+    while time.monotonic() < deadline and status != 200:
+        url = f"{server.inference}/predictions/toks"
+        status = httpx.post(url, json={"query": "cancelled"}, timeout=TIMEOUT).status_code
+        time.sleep(0.2)
+    assert status == 200
