@@ -17,9 +17,10 @@ The processing, in vLLM's order (transformers' for the warpers), on float64 copi
 6. Sampling by inverse CDF with one uniform draw per sequence from the request's own numpy Generator: a seed
    determines the tokens whatever else shares the step, since nothing else draws from that generator.
 
-Vectorized over the rows that need each stage (one sort for all top-k/top-p rows, one cumsum for all sampled rows);
-the penalties loop over the rows that have them (their token histories differ in length). When a vectorized pass
-fails, each row is retried alone so that one request's bad input fails that request only.
+Work only where a row needs it: a greedy row with no penalty, mask or logprobs is the raw argmax; temperature,
+top_k and min_p are vectorized over the rows that have them; top_p and the penalties go row by row (top_p sorts
+only the likeliest 1024 tokens when they hold top_p of the mass, a full sort of a 150k vocabulary costs ~40 ms).
+When a pass fails, each row is retried alone so that one request's bad input fails that request only.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import numpy as np
 
 from serve.generation.sampling_params import SamplingParams
 
-__all__ = ["Sampled", "SamplerRow", "sample"]
+__all__ = ["Sampled", "SamplerRow", "process_logits", "sample"]
+
+TOP_P_CANDIDATES = 1024  # tokens sorted first for top_p; more only when they hold less than top_p of the mass
 
 
 class SamplerRow(Protocol):
@@ -67,6 +70,13 @@ def sample(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids: frozen
 
 def process_logits(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids: frozenset[int]) -> np.ndarray:
     """Steps 1-5: the (L, vocab) float64 log-probabilities each row's token is drawn from."""
+    x = _processed(logits, rows, eos_token_ids)
+    peak = x.max(axis=1, keepdims=True)
+    return x - (peak + np.log(np.exp(x - peak).sum(axis=1, keepdims=True)))  # log-softmax, (L, V)
+
+
+def _processed(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids: frozenset[int]) -> np.ndarray:
+    """Steps 1-4: the (L, vocab) float64 scores, masked ones -inf."""
     x = np.array(logits, dtype=np.float64)  # (L, V)
     vocab = x.shape[1]
     for i, row in enumerate(rows):
@@ -75,22 +85,33 @@ def process_logits(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids
     temperature = np.array([r.params.temperature for r in rows])
     hot = temperature > 0
     x[hot] /= temperature[hot, None]
-    _top_k(x, np.array([r.params.top_k for r in rows]))
-    _top_p(x, np.array([r.params.top_p for r in rows]))
+    _top_k(x, np.array([r.params.top_k for r in rows], np.int64))
+    for i, row in enumerate(rows):
+        if row.params.top_p < 1.0:
+            _top_p(x[i], row.params.top_p)
     _min_p(x, np.array([r.params.min_p for r in rows]))
-    peak = x.max(axis=1, keepdims=True)
-    return x - (peak + np.log(np.exp(x - peak).sum(axis=1, keepdims=True)))  # log-softmax, (L, V)
+    return x
 
 
 def _sample(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids: frozenset[int]) -> list[Sampled]:
-    logprobs = process_logits(logits, rows, eos_token_ids)
-    tokens = logprobs.argmax(axis=1)
-    hot = np.array([r.params.temperature > 0 for r in rows])
-    if hot.any():
-        u = np.array([r.rng.random() for r, h in zip(rows, hot) if h])  # (H,)
-        cdf = np.cumsum(np.exp(logprobs[hot]), axis=1)  # (H, V)
-        drawn = (cdf <= (u * cdf[:, -1])[:, None]).sum(axis=1)  # first index whose cdf exceeds u * total
-        tokens[hot] = np.minimum(drawn, logprobs.shape[1] - 1)
+    tokens = np.empty(len(rows), np.int64)
+    plain = np.array([_plain_greedy(r, eos_token_ids) for r in rows])
+    tokens[plain] = logits[plain].argmax(axis=1)  # nothing to process: the raw argmax
+    rest = [int(i) for i in np.flatnonzero(~plain)]
+    logprobs: dict[int, np.ndarray] = {}
+    if rest:
+        sub = [rows[i] for i in rest]
+        x = _processed(logits[rest], sub, eos_token_ids)  # (R, V)
+        peak = x.max(axis=1, keepdims=True)
+        probs = np.exp(x - peak)  # (R, V), unnormalized
+        for j, (i, row) in enumerate(zip(rest, sub)):
+            if row.params.temperature > 0:  # inverse CDF: the first token whose cumulative mass exceeds u * total
+                cdf = np.cumsum(probs[j])
+                tokens[i] = min(int(np.searchsorted(cdf, row.rng.random() * cdf[-1], side="right")), len(cdf) - 1)
+            else:
+                tokens[i] = int(x[j].argmax())
+            if row.params.logprobs is not None:
+                logprobs[i] = x[j] - (peak[j] + np.log(probs[j].sum()))  # log-softmax, (V,)
     out = []
     for i, row in enumerate(rows):
         t = int(tokens[i])
@@ -98,9 +119,17 @@ def _sample(logits: np.ndarray, rows: Sequence[SamplerRow], eos_token_ids: froze
         if k is None:
             out.append(Sampled(t))
             continue
-        top = np.argsort(-logprobs[i], kind="stable")[:k] if k else np.array([], np.int64)
-        out.append(Sampled(t, float(logprobs[i, t]), [(int(j), float(logprobs[i, j])) for j in top]))
+        lp = logprobs[i]
+        top = np.argsort(-lp, kind="stable")[:k] if k else np.array([], np.int64)
+        out.append(Sampled(t, float(lp[t]), [(int(j), float(lp[j])) for j in top]))
     return out
+
+
+def _plain_greedy(row: SamplerRow, eos_token_ids: frozenset[int]) -> bool:
+    p = row.params
+    masks = len(row.token_ids) - row.num_prompt_tokens < p.min_tokens and (p.stop_token_ids or not p.ignore_eos)
+    penalties = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
+    return p.temperature == 0 and p.logprobs is None and not masks and not penalties
 
 
 def _min_tokens(x: np.ndarray, row: SamplerRow, eos_token_ids: frozenset[int], vocab: int) -> None:
@@ -125,30 +154,32 @@ def _penalties(x: np.ndarray, row: SamplerRow, vocab: int) -> None:
 
 
 def _top_k(x: np.ndarray, k: np.ndarray) -> None:
-    rows = np.flatnonzero((k > 0) & (k < x.shape[1]))
-    if rows.size:
-        ks = k[rows]
-        if (ks == ks[0]).all():  # one k: a partition, not a sort
-            ordered = -np.partition(-x[rows], int(ks[0]) - 1, axis=1)  # (R, V), the k-th largest at k-1
-        else:
-            ordered = -np.sort(-x[rows], axis=1)  # (R, V) descending
-        threshold = ordered[np.arange(rows.size), ks - 1]  # (R,)
-        x[rows] = np.where(x[rows] < threshold[:, None], -np.inf, x[rows])
+    vocab = x.shape[1]
+    for i in np.flatnonzero((k > 0) & (k < vocab)):
+        row = x[i]  # (V,), a view: masked in place
+        kth = np.partition(row, vocab - k[i])[vocab - k[i]]  # the k-th largest
+        row[row < kth] = -np.inf
 
 
-def _top_p(x: np.ndarray, top_p: np.ndarray) -> None:
-    rows = np.flatnonzero(top_p < 1.0)
-    if not rows.size:
-        return
-    sub = x[rows]  # (R, V)
-    order = np.argsort(sub, axis=1)  # ascending
-    ordered = np.take_along_axis(sub, order, axis=1)
-    probs = np.exp(ordered - ordered[:, -1:])
-    cumulative = np.cumsum(probs / probs.sum(axis=1, keepdims=True), axis=1)
-    drop = cumulative <= (1.0 - top_p[rows])[:, None]
-    drop[:, -1] = False  # the most likely token always stays
-    np.put_along_axis(sub, order, np.where(drop, -np.inf, ordered), axis=1)
-    x[rows] = sub
+def _top_p(x: np.ndarray, top_p: float) -> None:
+    """Mask one row (V,) in place as transformers' TopPLogitsWarper does over a full ascending sort, but sorting
+    only the likeliest tokens: when the `m` likeliest hold at least top_p of the mass, every other token's
+    ascending cumulative mass is at most 1 - top_p, so it is dropped without being sorted."""
+    p = np.exp(x - x.max())
+    p /= p.sum()  # (V,)
+    vocab, m = len(p), min(len(p), TOP_P_CANDIDATES)
+    while True:
+        top = np.argpartition(p, vocab - m)[vocab - m :] if m < vocab else np.arange(vocab)  # (m,) the m likeliest
+        if m == vocab or p[top].sum() >= top_p:
+            break
+        m = min(vocab, 8 * m)
+    order = top[np.argsort(p[top])]  # ascending
+    cumulative = (1.0 - p[order].sum()) + np.cumsum(p[order])  # the mass of every token up to this one
+    drop = cumulative <= 1.0 - top_p
+    drop[-1] = False  # the most likely token always stays
+    keep = np.zeros(vocab, bool)
+    keep[order[~drop]] = True
+    x[~keep] = -np.inf
 
 
 def _min_p(x: np.ndarray, min_p: np.ndarray) -> None:
