@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from serve.generation import sampler as sampler_module
 from serve.generation.sampler import Sampled, process_logits, sample
 from serve.generation.sampling_params import SamplingParams
 
@@ -139,3 +140,17 @@ def test_a_row_that_fails_fails_alone() -> None:
     results = sample(logits, [Row(SamplingParams(temperature=0.0)), broken, Row(SamplingParams(temperature=0.0))], EOS)
     assert isinstance(results[1], AttributeError)
     assert [results[0].token_id, results[2].token_id] == [logits[0].argmax(), logits[2].argmax()]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("scale", [0.3, 6.0], ids=["flat", "peaked"])
+@pytest.mark.parametrize("top_p", [0.2, 0.95])
+def test_top_p_sorting_only_the_likeliest_candidates_keeps_transformers_tokens(
+    monkeypatch: pytest.MonkeyPatch, scale: float, top_p: float
+) -> None:
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", 8)  # 8 first, then 64, 512: every branch runs
+    logits = np.random.default_rng(9).normal(0, scale, (6, 700)).astype(np.float32)
+    ours = process_logits(logits, [Row(SamplingParams(top_p=top_p)) for _ in range(6)], EOS)
+    theirs = lp.TopPLogitsWarper(top_p)(None, torch.from_numpy(logits.astype(np.float64))).numpy()
+    assert (np.isfinite(ours) == np.isfinite(theirs)).all()
