@@ -13,14 +13,14 @@ Decisions, and why:
 - Leaving `generate` early (aclose, a cancelled task, a break) aborts the request: the engine frees its sequence
   and blocks at the next step. A deadline finishes it with "abort".
 - A sequence that failed (its sampling, its text, the model step it was in) comes with its error: `generate`
-  raises it, the callback receives it; the other requests go on. An exception out of the engine's own step (a bug)
+  raises it, the callback receives it; the other requests go on. A callback that raises (its event loop closed)
+  aborts its request: nobody would read the tokens. An exception out of the engine's own step (a bug)
   fails every request then in flight with it, and the thread keeps serving new ones.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -116,9 +116,9 @@ class AsyncLLMEngine:
                 entry[1][0] -= 1
                 if entry[1][0] == 0 or item.error is not None:
                     del self._callbacks[item.request_id]
-        if item.error is not None:  # the request's other sequences (n > 1) stop with it
+        delivered = _call(entry[0], item)
+        if item.error is not None or not delivered:  # its other sequences stop with it; nobody reads it any more
             self.engine.abort(item.request_id)
-        _call(entry[0], item)
 
     def _fail_all(self, error: Exception) -> None:
         with self._lock:
@@ -128,6 +128,11 @@ class AsyncLLMEngine:
             _call(callback, error)
 
 
-def _call(callback: Callback, item: RequestOutput | BaseException) -> None:
-    with contextlib.suppress(Exception):  # a consumer that went away (its loop closed) must not stop the engine
+def _call(callback: Callback, item: RequestOutput | BaseException) -> bool:
+    """False when the callback raised: its consumer went away (an event loop closed), which must not stop the
+    engine."""
+    try:
         callback(item)
+    except Exception:
+        return False
+    return True

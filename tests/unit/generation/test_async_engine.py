@@ -112,3 +112,19 @@ def test_callbacks_receive_every_output_from_the_engine_thread() -> None:
     for index in (0, 1):
         assert tokens_of([o for o in received if o.index == index]) == expected
     assert sum(o.finished for o in received) == 2
+
+
+def test_a_callback_that_raises_aborts_its_request_only() -> None:
+    engine = make_engine()
+    aengine = AsyncLLMEngine(engine)
+    received: list = []
+
+    def gone(_item: object) -> None:
+        raise RuntimeError("event loop is closed")
+
+    long = SamplingParams(max_tokens=200, ignore_eos=True, **GREEDY)
+    aengine.add_request("gone", prompt(5, 6), long, callback=gone)
+    aengine.add_request("here", prompt(6, 6), SamplingParams(max_tokens=30, **GREEDY), callback=received.append)
+    assert _idle(aengine)
+    assert tokens_of(received) == TinyDecoder().reference_greedy(prompt(6, 6), 30)
+    assert engine.stats()["generation_tokens"] < 200 and engine.blocks.num_free_blocks == engine.blocks.num_blocks
