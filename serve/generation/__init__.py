@@ -9,6 +9,6 @@ from serve.generation.async_engine import AsyncLLMEngine
 from serve.generation.config import EngineConfig
 from serve.generation.engine import LLMEngine
 from serve.generation.sampling_params import SamplingParams
-from serve.generation.sequence import RequestOutput
+from serve.generation.sequence import RequestMetrics, RequestOutput
 
-__all__ = ["AsyncLLMEngine", "EngineConfig", "LLMEngine", "RequestOutput", "SamplingParams"]
+__all__ = ["AsyncLLMEngine", "EngineConfig", "LLMEngine", "RequestMetrics", "RequestOutput", "SamplingParams"]

@@ -33,7 +33,7 @@ from serve.generation.detokenizer import IncrementalDetokenizer, TokenDecoder
 from serve.generation.sampler import Sampled, sample
 from serve.generation.sampling_params import SamplingParams
 from serve.generation.scheduler import Scheduler, SchedulerOutput
-from serve.generation.sequence import RequestOutput, Sequence
+from serve.generation.sequence import RequestMetrics, RequestOutput, Sequence
 from serve.zoo.decoders.step import Decoder, KVCache
 
 __all__ = ["LLMEngine"]
@@ -126,6 +126,10 @@ class LLMEngine:
         if sched.batch is None:
             return outputs
         self.counters["steps"] += 1
+        now = self.clock()
+        for seq, _ in sched.scheduled:
+            if seq.first_scheduled is None:
+                seq.first_scheduled = now
         try:
             logits = self.decoder.step(sched.batch, self.cache)  # (L, vocab)
         except Exception as e:  # the model failed: this step's sequences fail, the engine goes on
@@ -171,6 +175,8 @@ class LLMEngine:
     def _append(self, seq: Sequence, result: Sampled) -> RequestOutput:
         token = result.token_id
         seq.token_ids.append(token)
+        if seq.first_token is None:
+            seq.first_token = self.clock()
         self.counters["generation_tokens"] += 1
         params, detok = seq.params, seq.detokenizer
         reason = None
@@ -201,7 +207,10 @@ class LLMEngine:
             text = seq.detokenizer.take(final=True) if error is None else ""
         except Exception as e:
             text, error = "", e
-        return self._output(seq, new_tokens, text, True, reason, logprobs, error)
+        out = self._output(seq, new_tokens, text, True, reason, logprobs, error)
+        out.metrics = RequestMetrics(seq.arrival, seq.first_scheduled, seq.first_token, self.clock(),
+                                     seq.num_cached_tokens, seq.num_preemptions)  # fmt: skip
+        return out
 
     def _output(self, seq: Sequence, new_tokens: list[int], text: str, finished: bool, reason: str | None,
                 logprobs: list[dict[str, Any]] | None, error: BaseException | None = None,

@@ -101,6 +101,8 @@ class Scheduler:
             if not self.blocks.allocate(seq.seq_id, num_cached + n, cached):
                 return
             self.blocks.record_lookup(seq.num_tokens, num_cached)
+            if not seq.num_preemptions:
+                seq.num_cached_tokens = num_cached
             seq.num_computed = num_cached
             self.waiting.popleft()
             self.running.append(seq)

@@ -17,7 +17,7 @@ import numpy as np
 from serve.generation.detokenizer import IncrementalDetokenizer
 from serve.generation.sampling_params import SamplingParams
 
-__all__ = ["RequestOutput", "Sequence"]
+__all__ = ["RequestMetrics", "RequestOutput", "Sequence"]
 
 _ids = itertools.count()
 
@@ -36,6 +36,9 @@ class Sequence:
         self.deadline, self.arrival = deadline, arrival
         self.finish_reason: str | None = None
         self.num_preemptions = 0
+        self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at its first admission
+        self.first_scheduled: float | None = None
+        self.first_token: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -69,3 +72,18 @@ class RequestOutput:
     # per new token: {"token", "token_id", "logprob", "top_logprobs": [{"token", "token_id", "logprob"}]}
     logprobs: list[dict[str, Any]] | None = None
     error: BaseException | None = field(default=None)  # set when this sequence failed (finish_reason "abort")
+    metrics: RequestMetrics | None = None  # on the finished output
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """When things happened to a sequence (the engine's clock, time.monotonic), for vLLM's latency histograms:
+    queue time = first_scheduled - arrival, time to first token = first_token - arrival, end to end = finished -
+    arrival, decode time = finished - first_token. None: it never got that far (aborted before)."""
+
+    arrival: float
+    first_scheduled: float | None
+    first_token: float | None
+    finished: float
+    num_cached_tokens: int
+    num_preemptions: int

@@ -95,6 +95,9 @@ def test_prefix_caching_reuses_the_blocks_of_a_shared_prompt_prefix() -> None:
     assert stats["prefix_cache_hits"] == 4 * 24
     assert stats["prefix_cache_queries"] == sum(len(ids) for _, ids, _ in requests)
     assert plain.stats()["tokens_processed"] - stats["tokens_processed"] == 4 * 24
+    assert [cached_out[r][-1].metrics.num_cached_tokens for r, _, _ in requests] == [0, 24, 24, 24, 24]
+    m = cached_out["r0"][-1].metrics
+    assert m.arrival <= m.first_scheduled <= m.first_token <= m.finished and m.num_preemptions == 0
 
 
 def test_a_seed_gives_the_same_tokens_whatever_the_batch_mates_and_preemptions() -> None:
@@ -166,8 +169,10 @@ def test_abort_and_deadline_finish_with_abort_and_free_the_blocks() -> None:
     assert out.finished and out.finish_reason == "abort"
     start = engine.clock()
     engine.clock = lambda: start + 7200  # the deadline has passed
-    (out,) = [o for o in engine.step() if o.request_id == "d"]
-    assert out.finished and out.finish_reason == "abort"
+    engine.add_request("never", prompt(4, 5), long, deadline=start)
+    late = {o.request_id: o for o in engine.step() if o.request_id in ("d", "never")}
+    assert all(o.finished and o.finish_reason == "abort" for o in late.values()) and len(late) == 2
+    assert late["never"].metrics.first_scheduled is None and late["d"].metrics.first_token is not None
     rest = run(engine)
     assert rest["k"][-1].finish_reason == "length"
     assert engine.blocks.num_free_blocks == engine.blocks.num_blocks and not engine.has_unfinished()
