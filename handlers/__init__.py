@@ -6,6 +6,7 @@
     object_detector   images -> boxes, labels and scores of a detection model
     text_classifier   text -> softmax `{label: prob}` over every class (tokenizer.json, index_to_name.json), batched
     text_embedding    text -> an L2-normalised sentence embedding (mean pooling), batched
+    text_generation   a Hugging Face decoder folder -> streamed tokens (serve's engine, continuous batching)
     tensor            `.npy` bytes or a JSON nested list -> the model's output as JSON or `.npy` (Accept header)
 
 Settings come from the model-config YAML's `handler:` section (`BaseHandler.handler_config`). Other modules

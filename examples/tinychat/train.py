@@ -34,7 +34,8 @@ COLOURS = {"sky": "blue", "grass": "green", "sun": "yellow", "snow": "white", "n
            "an orange": "orange", "a banana": "yellow", "the sea": "blue", "a leaf": "green", "coal": "black",
            "milk": "white", "a cherry": "red", "a plum": "purple", "chocolate": "brown"}  # fmt: skip
 OPPOSITES = {"hot": "cold", "big": "small", "up": "down", "fast": "slow", "day": "night", "old": "new",
-             "happy": "sad", "open": "closed", "light": "dark", "early": "late", "left": "right", "high": "low"}  # fmt: skip
+             "happy": "sad", "open": "closed", "light": "dark", "early": "late", "left": "right",
+             "high": "low"}  # fmt: skip
 NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
 

@@ -46,6 +46,7 @@ BUILTIN_HANDLERS = (
     "object_detector",
     "text_classifier",
     "text_embedding",
+    "text_generation",
     "tensor",
 )
 # LSP (C++ backend) handlers that torch-model-archiver does not copy either

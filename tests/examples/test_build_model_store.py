@@ -1,4 +1,4 @@
-"""examples/build_model_store.py: the three example archives build, open with open_archive and load their handler.
+"""examples/build_model_store.py: the example archives build, open with open_archive and load their handler.
 
 The store is built once for this module (the resnet18 weights are ~45 MB: made and archived once, ~1 s).
 """
@@ -26,7 +26,7 @@ EXPECTED = {
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("examples")
     built = build_model_store(root / "model_store", root / "build")
-    assert built == ["digits", "minilm", "resnet18"]
+    assert built == ["digits", "minilm", "tinychat", "resnet18"]
     return root
 
 
@@ -40,6 +40,17 @@ def test_each_archive_opens_with_the_expected_manifest(store, name):
         assert model["modelFile"] == "model.py" and model["configFile"] == "model-config.yaml"
         assert archive.torch_compat is torch_compat
         assert archive.model_config["handler"], "the model-config's handler: section reached the archive"
+
+
+def test_the_tinychat_archive_holds_its_hugging_face_folder_and_no_model_file(store):
+    with open_archive(store / "model_store" / "tinychat.mar") as archive:
+        model = archive.manifest["model"]
+        assert (model["handler"], model.get("modelFile"), model.get("serializedFile")) == ("text_generation", None,
+                                                                                           None)  # fmt: skip
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                     "generation_config.json"):  # fmt: skip
+            assert (archive.model_dir / name).is_file(), name
+        assert archive.model_config["continuousBatching"] is True
 
 
 def test_the_resnet18_archive_serves_a_224_image(store):
