@@ -58,14 +58,15 @@ class SamplingParams:
     @classmethod
     def from_request(cls, fields: Mapping[str, Any] | None, defaults: Any = None) -> SamplingParams:
         """The request's sampling `fields` over the model's `defaults` (an object or a mapping with
-        generation_config.json's names: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens;
-        absent or None ones are skipped), validated."""
+        generation_config.json's names: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens, or
+        ours: max_tokens; absent or None ones are skipped), validated."""
         known = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for theirs, ours in _DEFAULT_NAMES.items():
-            value = defaults.get(theirs) if isinstance(defaults, Mapping) else getattr(defaults, theirs, None)
-            if value is not None:
-                values[ours] = value
+            for name in (theirs, ours):  # GenerationDefaults' names, or ours (its sampling_defaults())
+                value = defaults.get(name) if isinstance(defaults, Mapping) else getattr(defaults, name, None)
+                if value is not None:
+                    values[ours] = value
         for name, value in (fields or {}).items():
             if name not in known:
                 raise ValueError(f"unknown sampling field {name!r}; the known ones are {', '.join(sorted(known))}")

@@ -50,6 +50,8 @@ def test_the_models_defaults_apply_under_the_requests_fields() -> None:
 
     params = SamplingParams.from_request({}, Defaults())
     assert params.greedy and params.top_p == 1.0 and params.max_tokens == 16
+    # serve/zoo/decoders' GenerationDefaults.sampling_defaults() speaks our names
+    assert SamplingParams.from_request({}, {"max_tokens": 7, "top_k": 3}).max_tokens == 7
 
 
 def test_edges_inside_the_ranges_are_accepted() -> None:
