@@ -2,7 +2,8 @@
 folder, handler text_generation, continuous mode), served by a real server, driven by the official `openai` SDK;
 the answers against transformers + torch's greedy generate on the same folder.
 
-Also: many streams at once all complete (continuous batching in one worker), a client that leaves mid-stream frees
+Also: the same folder as a `no-archive` directory with sharded weights answers the same; many streams at once all
+complete (continuous batching in one worker), a client that leaves mid-stream frees
 its sequence (the next requests still run), the TorchServe route takes the generative wire, and bad requests are
 400s in OpenAI's shape.
 """
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from examples.build_model_store import build, tinychat
+from serve.archive import package
 from tests.integration.server import ServerProcess
 from tests.transformers_reference import needs_transformers, reference_transformers
 
@@ -32,11 +34,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     store = base / "store"
     store.mkdir()
     build(tinychat(), store, force=True)
-    proc = ServerProcess(base / "run", store, "--ncs", "--models", "tinychat=tinychat.mar").start()
+    sharded = _sharded_copy(tinychat().extra_files[0].parent, base / "sharded")
+    package("shards", "1.0", "text_generation", extra_files=sorted(sharded.iterdir()), export_path=store,
+            config_file=tinychat().config_file, archive_format="no-archive", progress=False)  # fmt: skip
+    proc = ServerProcess(base / "run", store, "--ncs", "--models", "tinychat=tinychat.mar", "shards=shards").start()
     try:
         yield proc
     finally:
         proc.stop()
+
+
+def _sharded_copy(folder: Path, out: Path) -> Path:
+    """The folder with its weights split in two safetensors shards and their index, as large checkpoints come."""
+    from safetensors.numpy import load_file, save_file
+
+    out.mkdir()
+    for f in folder.iterdir():
+        if f.name != "model.safetensors":
+            (out / f.name).write_bytes(f.read_bytes())
+    tensors = load_file(folder / "model.safetensors")
+    names = sorted(tensors)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        shard = f"model-{i + 1:05d}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, out / shard)
+        weight_map |= dict.fromkeys(part, shard)
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    return out
 
 
 def _client(server: ServerProcess) -> openai.OpenAI:
@@ -69,6 +94,13 @@ def test_chat_answers_what_transformers_answers_with_and_without_stream(server: 
         stream = client.chat.completions.create(model="tinychat", messages=_messages(question), temperature=0,
                                                 max_tokens=48, stream=True)  # fmt: skip
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
+
+
+def test_a_no_archive_directory_with_sharded_weights_answers_the_same(server: ServerProcess) -> None:
+    client = _client(server)
+    answers = [client.chat.completions.create(model=name, messages=_messages("Count to 4."), temperature=0)
+               for name in ("tinychat", "shards")]  # fmt: skip
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content == "One, two, three, four."
 
 
 def test_many_streams_at_once_all_complete(server: ServerProcess) -> None:
