@@ -15,9 +15,11 @@ Cancellation travels back as `cancel {id}`: when the frontend closes the chunks 
 disconnected: Starlette and grpc.aio cancel the task reading it), when the job's future is cancelled before its
 first chunk (the client left while it waited), and when no message came for the job for `response_timeout` s (its
 deadline: RequestTimeout, and the worker, still beating, keeps its other requests). Messages for a job no longer
-in flight are dropped. A worker that dies fails every job in flight with its "Worker died. ..." error, and the
-pool restarts it as after a lost batch. Scaling down stops sending and lets the jobs in flight finish first.
-Customized describe jobs travel as one-request `batch` messages on the same ids.
+in flight are dropped, but the handler metrics they carry ("metrics", records of the worker's MetricsCache) are
+recorded first, whatever the job's state (`on_metrics`), and so are those of a `metrics` message (what the worker
+sends when an emit of a cancelled request is dropped). A worker that dies fails every job in flight with its
+"Worker died. ..." error, and the pool restarts it as after a lost batch. Scaling down stops sending and lets the
+jobs in flight finish first. Customized describe jobs travel as one-request `batch` messages on the same ids.
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ class ContinuousDispatch:
     """The jobs in flight on one continuous worker, and the tasks that send them and read their answers."""
 
     def __init__(self, worker: WorkerProcess, queue: JobQueue, max_in_flight: int, response_timeout: float,
-                 on_send: Callable[[Job], None] = lambda job: None) -> None:  # fmt: skip
-        self.worker, self.queue, self.on_send = worker, queue, on_send
+                 on_send: Callable[[Job], None] = lambda job: None,
+                 on_metrics: Callable[[list[Any]], None] = lambda records: None) -> None:  # fmt: skip
+        self.worker, self.queue, self.on_send, self.on_metrics = worker, queue, on_send, on_metrics
         self.max_in_flight, self.response_timeout = max(1, max_in_flight), response_timeout
         self.flights: dict[int, _Flight] = {}
         self._ids = itertools.count(1)
@@ -121,6 +124,10 @@ class ContinuousDispatch:
 
     def _route(self, header: dict[str, Any], bodies: list[bytes]) -> None:
         job_id, kind, responses = header.get("id"), header.get("type"), header.get("responses")
+        if isinstance(header.get("metrics"), list) and header["metrics"]:
+            self.on_metrics(header["metrics"])
+        if kind == "metrics":
+            return
         if kind not in ("chunk", "result") or (kind == "chunk" and not responses):
             self.worker.kill()
             raise WorkerError(f"Worker {self.worker.id} sent a reply that answers no job: type {kind!r}, id "

@@ -338,8 +338,10 @@ class WorkerPool:
 
     async def _serve_continuous(self, slot: WorkerSlot, worker: WorkerProcess) -> bool:
         """A continuous worker's loop (continuous.py) instead of batches; False when its process was lost."""
+        name, version = self.spec.model_name, self.spec.version
         dispatch = ContinuousDispatch(worker, self.queue, self.settings.max_in_flight, self.settings.response_timeout,
-                                      self._sent)  # fmt: skip
+                                      self._sent, lambda records: self.metrics.backend_metrics(name, version, records),
+                                      )  # fmt: skip
         slot.busy = True
         try:
             error = await dispatch.run(slot)

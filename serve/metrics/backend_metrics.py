@@ -8,6 +8,16 @@ Decisions:
 - A counter keeps its name (no `_total`), like TorchServe's Java client, so it is held as a gauge that only
   grows and typed `counter` on the page (`counters()`, text_format.py); a gauge is set to the last value; a
   histogram observes each value.
+- A histogram's buckets fit what it measures (`buckets_for`), decided when its family is made, by name, then unit:
+  the generative latencies by their vLLM names (any prefix: `serve:time_to_first_token_seconds`) take vLLM's
+  buckets, so its dashboards' quantiles mean the same: time to first token 1 ms .. 2560 s, inter-token latency (and
+  time per output token) 10 ms .. 80 s, the per-request phases (`e2e_request_latency_seconds`,
+  `request_queue_time_seconds`, `request_inference_time_seconds`, `request_prefill_time_seconds`,
+  `request_decode_time_seconds`) 0.3 s .. 7680 s. A count (unit `count`: tokens, items) takes 1, 2, 5, 10, ...
+  100000, vLLM's 1-2-5 series (it stops at max_model_len, which the server does not know; 100k covers today's
+  contexts). Milliseconds and microseconds take prometheus-client's default buckets (5 ms .. 10 s) in that unit, as
+  a handler's `add_time("HandlerTime", 3.2)` would otherwise land in the top buckets. Anything else (seconds, sizes,
+  percent) keeps the default buckets, which are prometheus-client's (and TorchServe's Java client's).
 - Names and label names are made Prometheus-safe (`my-metric` -> `my_metric`).
 - A record that does not fit the family already registered under its name (another type or other dimensions) is
   dropped with one warning per name: Prometheus needs one label set per family, and a handler bug must not break
@@ -27,6 +37,35 @@ log = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_:]")
 _KINDS = ("counter", "gauge", "histogram")
+
+DEFAULT_BUCKETS = tuple(b for b in Histogram.DEFAULT_BUCKETS if b != float("inf"))
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                         20.0, 40.0, 80.0)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+COUNT_BUCKETS = tuple(float(m * 10**e) for e in range(6) for m in (1, 2, 5) if m * 10**e <= 100_000)
+_BY_NAME = {
+    "time_to_first_token_seconds": TTFT_BUCKETS,
+    "inter_token_latency_seconds": TOKEN_LATENCY_BUCKETS,
+    "time_per_output_token_seconds": TOKEN_LATENCY_BUCKETS,
+    **dict.fromkeys(("e2e_request_latency_seconds", "request_queue_time_seconds", "request_inference_time_seconds",
+                     "request_prefill_time_seconds", "request_decode_time_seconds"), REQUEST_LATENCY_BUCKETS),
+}  # fmt: skip
+_SCALE = {"milliseconds": 1e3, "ms": 1e3, "microseconds": 1e6, "us": 1e6}
+
+
+def buckets_for(name: str, unit: str) -> tuple[float, ...]:
+    """The upper bounds of a handler histogram's buckets (module docstring), +Inf implied."""
+    by_name = _BY_NAME.get(name.rsplit(":", 1)[-1])
+    if by_name is not None:
+        return by_name
+    unit = unit.lower()
+    if unit == "count":
+        return COUNT_BUCKETS
+    scale = _SCALE.get(unit)
+    return tuple(round(b * scale, 6) for b in DEFAULT_BUCKETS) if scale else DEFAULT_BUCKETS
 
 
 def safe_name(name: str) -> str:
@@ -85,7 +124,7 @@ class BackendMetrics:
             family: Gauge | Histogram
             try:
                 if kind == "histogram":
-                    family = Histogram(name, doc, labelnames, registry=self._registry)
+                    family = Histogram(name, doc, labelnames, registry=self._registry, buckets=buckets_for(name, unit))
                 else:
                     family = Gauge(name, doc, labelnames, registry=self._registry)
             except ValueError as exc:  # the name of one of the server's own metrics (ts_batch_size, ...)

@@ -20,6 +20,12 @@ Messages (protocol.py framing): server -> worker `submit {id, kind, requests: [o
 server `chunk {id, responses: [one]}` and `result {id, responses: [one] | error | end}`, the batch messages' shapes
 with one request each. A `batch` (a customized describe) still runs through the BatchRunner, on the same writer
 lock: every frame is written whole, whichever thread writes it. The heartbeat thread is untouched.
+
+Metrics: what the handler recorded in `context.metrics` (from any thread; the engine's records its token
+counts and latencies there) travels with the next chunk/result frame as its "metrics" list, drained from the cache
+(MetricsCache.drain) under the writer lock, so each record is sent once. An emit that is dropped (its request was
+cancelled or already answered) still sends what was recorded, alone, as `metrics {metrics}`: a cancelled stream's
+last records (its token counts, the engine's gauges falling back to 0) must reach the server too.
 """
 
 from __future__ import annotations
@@ -134,6 +140,7 @@ class ContinuousRunner:
         desc = self._describe(body, code, bodies)
         with self._lock:
             if state.done:
+                self._write({"type": "metrics"}, metrics_only=True)
                 return
             if final and not state.started:
                 self._write({"type": "result", "id": state.job_id, "responses": [desc]}, bodies)
@@ -169,8 +176,14 @@ class ContinuousRunner:
         self._active.pop(state.job_id, None)
         self._request_ids.pop(state.request_id, None)
 
-    def _write(self, header: dict[str, Any], bodies: list[bytes] | None = None) -> None:  # under the lock
-        write_message_sync(self.channel, header, bodies)
+    def _write(self, header: dict[str, Any], bodies: list[bytes] | None = None, metrics_only: bool = False) -> None:
+        """Write one frame, with the metrics recorded since the last one (a metrics-only frame only if there are
+        any); under the lock."""
+        records = self.context.metrics.drain()
+        if records:
+            header["metrics"] = [r.to_dict() for r in records]
+        if records or not metrics_only:
+            write_message_sync(self.channel, header, bodies)
 
 
 def _text(body: Any) -> str:

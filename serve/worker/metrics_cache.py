@@ -15,12 +15,16 @@ The `add_*` methods add the default dimensions `ModelName` and `Level: Model` un
 dimensions". `metric_type` is a `MetricTypes` member or its string ("counter", "gauge", "histogram").
 Units are stored under TorchServe's long names ("ms" -> "Milliseconds"), as its metric log lines show them.
 Metric objects stay in the cache across batches (`get_metric` finds them); `clear()` empties only the records.
+`drain()` takes the records and empties the list in one step under the cache's lock: a continuous handler records
+from its own threads (the engine's) while the worker sends what was recorded so far, and no record is lost or sent
+twice between the two.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -95,6 +99,11 @@ class MetricRecord:
         dims = ",".join(f"{k}:{v}" for k, v in self.dimensions)
         return f"{self.name}.{self.unit}:{self.value}|#{dims}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the worker sends it to the server (serve/metrics/backend_metrics.py reads it)."""
+        return {"name": self.name, "value": self.value, "unit": self.unit, "metric_type": self.metric_type,
+                "dimensions": [list(d) for d in self.dimensions], "request_id": self.request_id}  # fmt: skip
+
 
 class CachingMetric:
     """TorchServe's `CachingMetric`: a metric with fixed dimension names; each value recorded into its cache."""
@@ -120,7 +129,7 @@ class CachingMetric:
         _check_value(self.metric_name, value)
         dims = tuple((str(k), str(v)) for k, v in zip(self.dimension_names, values))
         record = MetricRecord(self.metric_name, value, self.unit, self.metric_type, dims, request_id or None)
-        self._cache._records.append(record)
+        self._cache._append(record)
 
     def update(self, value: float, request_id: str | None = "", dimensions: list[Dimension] | None = None) -> None:
         """Record `value` with the values of these Dimension objects (TorchServe's `update`)."""
@@ -134,6 +143,7 @@ class MetricsCache:
         self.model_name = model_name
         self.request_ids: Mapping[int, str] = request_ids or {}
         self._records: list[MetricRecord] = []
+        self._lock = threading.Lock()  # records come from the handler's threads too (continuous mode)
         self.cache: dict[tuple[str, str], CachingMetric] = {}
 
     def add_time(self, name: str, value: float, idx: int | str | None = None, unit: str = "ms",
@@ -166,7 +176,7 @@ class MetricsCache:
         metric = self._metric(name, unit, metric_type, list(dims))
         record = MetricRecord(name, value, metric.unit, metric.metric_type,
                               tuple((str(k), str(v)) for k, v in dims.items()), self._request_id(idx))  # fmt: skip
-        self._records.append(record)
+        self._append(record)
 
     def add_metric_to_cache(self, metric_name: str, unit: str, dimension_names: list[str] | None = None,
                             metric_type: MetricType = MetricTypes.COUNTER) -> CachingMetric:  # fmt: skip
@@ -189,10 +199,22 @@ class MetricsCache:
         return self.cache[key]
 
     def records(self) -> list[MetricRecord]:
-        return list(self._records)
+        with self._lock:
+            return list(self._records)
 
     def clear(self) -> None:
-        self._records.clear()
+        with self._lock:
+            self._records.clear()
+
+    def drain(self) -> list[MetricRecord]:
+        """The records so far, which leave the cache: a record added meanwhile stays for the next drain."""
+        with self._lock:
+            records, self._records = self._records, []
+        return records
+
+    def _append(self, record: MetricRecord) -> None:
+        with self._lock:
+            self._records.append(record)
 
     def _metric(self, name: str, unit: str, metric_type: MetricType, dimension_names: list[str]) -> CachingMetric:
         key = (name, _type_name(name, metric_type))

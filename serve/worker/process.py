@@ -308,13 +308,7 @@ class BatchRunner:
                 "body": len(bodies) - 1}  # fmt: skip
 
     def _metrics(self) -> list[dict[str, Any]]:
-        records = [
-            {"name": r.name, "value": r.value, "unit": r.unit, "metric_type": r.metric_type,
-             "dimensions": [list(d) for d in r.dimensions], "request_id": r.request_id}
-            for r in self.context.metrics.records()
-        ]  # fmt: skip
-        self.context.metrics.clear()
-        return records
+        return [r.to_dict() for r in self.context.metrics.drain()]
 
 
 def _decode_inputs(requests: list[InferenceRequest],

@@ -170,3 +170,32 @@ def test_per_batch_records_look_up_each_label_set_once(monkeypatch):
     assert "ts_queue_depth{" not in _page(metrics)
     metrics.queue_depth("m", "1.0", 4)  # recorded again after the removal: shown again
     assert _value(_page(metrics), f"ts_queue_depth{{{MODEL}}}") == 4.0
+
+
+def test_handler_histogram_buckets_fit_what_they_measure():
+    """vLLM's buckets for its generative names (any prefix), 1-2-5 for counts, the default buckets in the unit of a
+    millisecond timer, prometheus-client's defaults otherwise (backend_metrics.py's docstring)."""
+    cache = MetricsCache("m")
+    for name, unit in [("serve:time_to_first_token_seconds", "s"), ("serve:inter_token_latency_seconds", "s"),
+                       ("serve:e2e_request_latency_seconds", "s"), ("serve:request_generation_tokens", "count"),
+                       ("PreprocessTime", "ms"), ("LoadTime", "s")]:  # fmt: skip
+        cache.add_metric_to_cache(name, unit, ["model_name"], "histogram").add_or_update(1.0, ["m"])
+    metrics = ServerMetrics(hostname="h")
+    metrics.backend_metrics("m", "1.0", [r.to_dict() for r in cache.drain()])
+    page = _page(metrics)
+
+    def bounds(name: str) -> list[str]:
+        return re.findall(rf'^{re.escape(name)}_bucket{{model_name="m",Hostname="h",le="([^"]+)",}}', page, re.M)
+
+    assert bounds("serve:time_to_first_token_seconds")[:3] == ["0.001", "0.005", "0.01"]
+    assert bounds("serve:time_to_first_token_seconds")[-2:] == ["2560.0", "+Inf"]
+    assert bounds("serve:inter_token_latency_seconds")[:2] == ["0.01", "0.025"]
+    assert bounds("serve:inter_token_latency_seconds")[-2:] == ["80.0", "+Inf"]
+    assert bounds("serve:e2e_request_latency_seconds")[:2] == ["0.3", "0.5"]
+    assert bounds("serve:e2e_request_latency_seconds")[-2:] == ["7680.0", "+Inf"]
+    assert bounds("serve:request_generation_tokens") == ["1.0", "2.0", "5.0", "10.0", "20.0", "50.0", "100.0",
+                                                         "200.0", "500.0", "1000.0", "2000.0", "5000.0", "10000.0",
+                                                         "20000.0", "50000.0", "100000.0", "+Inf"]  # fmt: skip
+    assert bounds("PreprocessTime")[:2] == ["5.0", "10.0"] and bounds("PreprocessTime")[-2:] == ["10000.0", "+Inf"]
+    assert bounds("LoadTime")[:2] == ["0.005", "0.01"] and bounds("LoadTime")[-2:] == ["10.0", "+Inf"]
+    assert _value(page, 'serve:request_generation_tokens_bucket{model_name="m",Hostname="h",le="1.0",}') == 1.0

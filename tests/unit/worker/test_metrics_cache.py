@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 
 from serve.worker import MetricsCache
@@ -55,3 +58,46 @@ def test_clear_empties_and_records_is_a_copy():
 def test_bad_metrics_say_what_is_wrong(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call(MetricsCache("m"))
+
+
+def test_drain_under_concurrent_records_loses_and_repeats_nothing():
+    """Handler threads record (both the add_* path and a cached metric's) while another drains, as the engine's thread
+    and the worker's writer do in continuous mode: every record comes out of exactly one drain."""
+    cache = MetricsCache("m")
+    tokens = cache.add_metric_to_cache("Tokens", "count", ["model_name"], "histogram")
+    threads, per_thread = 4, 3000
+
+    def record(t: int) -> None:
+        for i in range(per_thread):
+            value = t * per_thread + i
+            if i % 2:
+                tokens.add_or_update(value, ["m"])
+            else:
+                cache.add_counter("Seen", value)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, inside the append and the drain too
+    try:
+        workers = [threading.Thread(target=record, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        drained: list[float] = []
+        for _ in range(100_000):  # bounded; the recorders finish long before
+            drained += [r.value for r in cache.drain()]
+            if not any(w.is_alive() for w in workers):
+                break
+        for w in workers:
+            w.join(timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    drained += [r.value for r in cache.drain()]
+    assert sorted(drained) == list(range(threads * per_thread))
+    assert cache.drain() == [] and cache.records() == []
+
+
+def test_record_to_dict_is_what_the_worker_sends():
+    cache = MetricsCache("m")
+    cache.add_metric("Tokens", 17, "count", idx="r1", metric_type="histogram")
+    (record,) = cache.drain()
+    assert record.to_dict() == {"name": "Tokens", "value": 17, "unit": "Count", "metric_type": "histogram",
+                                "dimensions": [["ModelName", "m"], ["Level", "Model"]], "request_id": "r1"}  # fmt: skip
