@@ -31,6 +31,10 @@ Model-config (`handler:` section; vLLM's names), each optional:
     enable_prefix_caching: true
     max_waiting: 1024            # queued requests beyond the running ones
     dtype: float32
+
+Metrics: vLLM's, prefixed `serve:` and labelled `model_name`, recorded per request as it finishes and from the
+engine's stats at least every second while it delivers outputs (handlers/generation_metrics.py; the names and their
+vLLM counterparts are in the README's metrics section).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import re
 from typing import Any
 
 from handlers.base_handler import BaseHandler
+from handlers.generation_metrics import GenerationMetrics
 from serve.errors import QueueFull
 from serve.generation import AsyncLLMEngine, EngineConfig, LLMEngine, RequestOutput, SamplingParams
 from serve.worker.context import Context
@@ -72,6 +77,7 @@ class TextGenerationHandler(BaseHandler):
         config = engine_config(self.handler_config)
         engine = LLMEngine(self.model, self.tokenizer, config)
         self.engine = AsyncLLMEngine(engine)
+        self.metrics = GenerationMetrics(context.metrics, context.model_name, engine)
         logger.info("text_generation: %s, max_model_len %d, %d KV blocks of %d tokens", type(self.model).__name__,
                     engine.max_model_len, engine.stats()["num_blocks"], config.block_size)  # fmt: skip
 
@@ -82,6 +88,7 @@ class TextGenerationHandler(BaseHandler):
         return model  # the decoder loads in its dtype (model-config handler.dtype)
 
     def submit(self, request_id: str, data: dict[str, Any], context: Context, emit: Any) -> None:
+        timer = self.metrics.request()  # the arrival, before tokenization (vLLM's TTFT counts it)
         try:
             wire = wire_request(data)
             prompt, params = self.tokens(wire), self.sampling(wire.get("sampling") or {})
@@ -92,6 +99,10 @@ class TextGenerationHandler(BaseHandler):
         first = [True]
 
         def deliver(out: RequestOutput | BaseException) -> None:
+            if isinstance(out, BaseException):
+                timer.failed()
+            else:
+                timer.output(out)
             if isinstance(out, BaseException) or out.error is not None:
                 error = out if isinstance(out, BaseException) else out.error
                 emit(f"generation failed: {error}", final=True, code=500)
