@@ -146,3 +146,23 @@ def test_the_wire_accepts_json_text_and_refuses_what_is_not_an_object() -> None:
         wire_request({"body": b"[1, 2]"})
     with pytest.raises(ValueError, match="JSON object"):
         wire_request({"body": b"not json"})
+
+
+def test_past_max_waiting_a_request_is_a_503_and_the_queued_ones_still_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    handler = TextGenerationHandler()
+    config = {"handler": {"kv_cache_bytes": "1MiB", "max_num_seqs": 1, "max_waiting": 2}}
+    handler.initialize(Context("tinychat", str(FOLDER), {"model": {}}, 1, None, "0.1.0", model_yaml_config=config))
+    engine, gate = handler.engine.engine, threading.Event()
+    step = engine.step
+
+    def gated_step() -> Any:  # nothing runs until all three are submitted: two wait, the third finds no room
+        assert gate.wait(60)
+        return step()
+
+    monkeypatch.setattr(engine, "step", gated_step)
+    collector = Collector()
+    for rid in ("a", "b", "c"):
+        handler.submit(rid, _chat("Count to 2."), handler.context, collector.emit_for(rid))
+    gate.set()
+    assert collector.errors["c"][0] == 503 and "max_waiting 2" in collector.errors["c"][1]
+    assert collector.text("a") == collector.text("b") == "One, two."
