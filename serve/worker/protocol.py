@@ -7,11 +7,14 @@ No pickle crosses the channel: a worker that misbehaves can send garbage, never 
 not base64'd into JSON); text and JSON values are described in the header (`pack_value`).
 
 Messages, by header "type":
-    worker -> server   ready {pid, optimization}           the handler loaded (optimization: worker/optimizing.py)
+    worker -> server   ready {pid, optimization, continuous} the handler loaded (optimization: worker/optimizing.py)
                        load_error {error_type, message, traceback, invalid_model}
-                       chunk {id, responses}               a streamed part of batch `id` (a handler that yields)
-                       result {id, responses | error, metrics, handler_ms}
+                       chunk {id, responses, metrics?}     a streamed part of batch `id` (a handler that yields)
+                       result {id, responses | error | end, metrics, handler_ms}
+                       metrics {metrics}                   a continuous handler's records with no frame to ride on
     server -> worker   batch {id, kind, requests}          kind "predict" or "describe"
+                       submit {id, kind, requests: [one]}  a continuous handler's request (worker/continuous.py)
+                       cancel {id}                         its client went away, or its deadline passed
 A response is {status, headers, content_type, body: payload index}; an error {code, type, message}.
 The worker exits when its input closes.
 """
