@@ -6,8 +6,8 @@ projection is the token embedding, transposed (tied).
 Decisions, and why:
 - Hugging Face's GPT-2 stores its projections as Conv1D, weight (in, out): already the `x @ W` layout, so they are
   taken as stored (no transpose), unlike the Llama family's nn.Linear (out, in).
-- The output projection keeps one array (hidden, vocab) contiguous, and the token lookup gathers rows of its
-  transpose view, as in llama.py.
+- Tied: the token lookup reads rows of `wte`; the output projection is `wte` transposed and packed (a second copy
+  in the kernel's layout, what the largest product of the step wants).
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ __all__ = ["GPT2Decoder"]
 
 
 class _Block:
-    def __init__(self, c: DecoderConfig, w: Weights, i: int, dtype: np.dtype) -> None:
-        p, h, inner = f"transformer.h.{i}.", c.hidden_size, c.intermediate_size
+    def __init__(self, c: DecoderConfig, w: Weights, i: int, linear_dtype: str) -> None:
+        p, h, inner, dtype = f"transformer.h.{i}.", c.hidden_size, c.intermediate_size, np.dtype(np.float32)
 
         def conv1d(name: str, n_in: int, n_out: int) -> Linear:
-            return Linear(
-                w.take(p + name + ".weight", (n_in, n_out), dtype), w.take(p + name + ".bias", (n_out,), dtype)
+            weight, bias = (
+                w.take(p + name + ".weight", (n_in, n_out), dtype),
+                w.take(p + name + ".bias", (n_out,), dtype),
             )
+            return Linear(weight, bias, linear_dtype)
 
         self.ln_1 = (w.take(p + "ln_1.weight", (h,), dtype), w.take(p + "ln_1.bias", (h,), dtype))
         self.ln_2 = (w.take(p + "ln_2.weight", (h,), dtype), w.take(p + "ln_2.bias", (h,), dtype))
@@ -42,21 +44,22 @@ class _Block:
 class GPT2Decoder:
     """GPT-2 implementing step.py's Decoder protocol."""
 
-    def __init__(self, config: DecoderConfig, weights: Weights, dtype: np.dtype) -> None:
+    def __init__(self, config: DecoderConfig, weights: Weights, linear_dtype: str = "float32") -> None:
         c = self.config = config
+        dtype = np.dtype(np.float32)  # activations, norms and the KV cache; linear_dtype is the products' weights
         if not c.tie_word_embeddings:
             raise CheckpointError("config.json: tie_word_embeddings false is not supported for gpt2 (no lm_head)")
         self.spec = DecoderSpec(c.num_layers, c.num_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype)
         wte = weights.take("transformer.wte.weight", (c.vocab_size, c.hidden_size), dtype)
         self.wpe = weights.take("transformer.wpe.weight", (c.max_position_embeddings, c.hidden_size), dtype)
-        self.blocks = [_Block(c, weights, i, dtype) for i in range(c.num_layers)]
+        self.blocks = [_Block(c, weights, i, linear_dtype) for i in range(c.num_layers)]
         self.ln_f = (
             weights.take("transformer.ln_f.weight", (c.hidden_size,), dtype),
             weights.take("transformer.ln_f.bias", (c.hidden_size,), dtype),
         )
         weights.arrays.pop("lm_head.weight", None)  # tied: some checkpoints store the copy too
-        self.lm_head = Linear(wte.T)  # (hidden, vocab)
-        self.wte = self.lm_head.weight.T  # (vocab, hidden)
+        self.lm_head = Linear(wte.T, dtype=linear_dtype)  # (hidden, vocab), packed
+        self.wte = wte  # (vocab, hidden)
         weights.finish(ignore=(".attn.bias", ".attn.masked_bias"))  # causal-mask buffers of old checkpoints
 
     def step(self, batch: StepBatch, cache: KVCache) -> np.ndarray:

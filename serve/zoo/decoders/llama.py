@@ -10,8 +10,8 @@ over RMSNorm(x). What differs, as flags from config.py:
 Decisions, and why:
 - Q, K and V are one product and gate and up another (weights concatenated at load): one (T, hidden) @ (hidden,
   (heads + 2 kv_heads) * head_dim) product per layer instead of three reads of the activations.
-- Tied embeddings keep one array: the output projection is the embedding transposed once at load, (hidden,
-  vocab) contiguous for the largest product of the step, and the token lookup gathers rows of its transpose view.
+- Tied embeddings: the token lookup reads rows of the embedding; the output projection is it transposed and packed
+  (a second copy, in the layout the largest product of the step wants).
 - Logits only for `logits_indices`: the final norm and the vocabulary product run on those rows alone.
 """
 
@@ -30,27 +30,29 @@ __all__ = ["LlamaDecoder"]
 
 
 class _Block:
-    def __init__(self, c: DecoderConfig, w: Weights, i: int, dtype: np.dtype) -> None:
-        p = f"model.layers.{i}."
+    def __init__(self, c: DecoderConfig, w: Weights, i: int, linear_dtype: str) -> None:
+        p, dtype = f"model.layers.{i}.", np.dtype(np.float32)
         q_out, kv_out, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.hidden_size
         self.input_norm = w.take(p + "input_layernorm.weight", (h,), dtype)
         self.post_norm = w.take(p + "post_attention_layernorm.weight", (h,), dtype)
         a, m = p + "self_attn.", p + "mlp."
         if c.model_type == "phi3":
-            self.qkv = Linear(w.take(a + "qkv_proj.weight", (q_out + 2 * kv_out, h), dtype, transpose=True))
-            self.gate_up = Linear(w.take(m + "gate_up_proj.weight", (2 * c.intermediate_size, h), dtype, True))
+            self.qkv = Linear(w.take(a + "qkv_proj.weight", (q_out + 2 * kv_out, h), dtype, True), None, linear_dtype)
+            gate_up = w.take(m + "gate_up_proj.weight", (2 * c.intermediate_size, h), dtype, True)
+            self.gate_up = Linear(gate_up, None, linear_dtype)
         else:
             sizes = {"q_proj": q_out, "k_proj": kv_out, "v_proj": kv_out}
             qkv = [w.take(f"{a}{n}.weight", (out, h), dtype, transpose=True) for n, out in sizes.items()]
             bias = [w.take(f"{a}{n}.bias", (out,), dtype) for n, out in sizes.items()] if c.attention_bias else None
-            self.qkv = Linear(np.concatenate(qkv, axis=1), None if bias is None else np.concatenate(bias))
+            self.qkv = Linear(np.concatenate(qkv, axis=1), None if bias is None else np.concatenate(bias), linear_dtype)
             gu = [w.take(f"{m}{n}.weight", (c.intermediate_size, h), dtype, True) for n in ("gate_proj", "up_proj")]
             gu_bias = (
                 [w.take(f"{m}{n}.bias", (c.intermediate_size,), dtype) for n in ("gate_proj", "up_proj")]
                 if c.mlp_bias
                 else None
             )
-            self.gate_up = Linear(np.concatenate(gu, axis=1), None if gu_bias is None else np.concatenate(gu_bias))
+            gu_b = None if gu_bias is None else np.concatenate(gu_bias)
+            self.gate_up = Linear(np.concatenate(gu, axis=1), gu_b, linear_dtype)
         o_bias = c.attention_bias and c.model_type != "qwen2"
         self.o_proj = Linear(
             w.take(a + "o_proj.weight", (h, q_out), dtype, True),
@@ -59,6 +61,7 @@ class _Block:
         self.down = Linear(
             w.take(m + "down_proj.weight", (h, c.intermediate_size), dtype, True),
             w.take(m + "down_proj.bias", (h,), dtype) if c.mlp_bias and c.model_type != "phi3" else None,
+            linear_dtype,
         )
         if c.qk_norm:
             self.q_norm = w.take(a + "q_norm.weight", (c.head_dim,), dtype)
@@ -69,23 +72,24 @@ class _Block:
 class LlamaDecoder:
     """A Llama-like decoder implementing step.py's Decoder protocol."""
 
-    def __init__(self, config: DecoderConfig, weights: Weights, dtype: np.dtype) -> None:
+    def __init__(self, config: DecoderConfig, weights: Weights, linear_dtype: str = "float32") -> None:
         c = self.config = config
-        self.dtype = dtype
+        dtype = np.dtype(np.float32)  # activations, norms and the KV cache; linear_dtype is the products' weights
         assert c.rope is not None  # config.py gives every Llama-like config one
         self.rope = Rope(c.rope, c.head_dim)
         self.spec = DecoderSpec(
             c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype
         )
         embed = weights.take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), dtype)
-        self.blocks = [_Block(c, weights, i, dtype) for i in range(c.num_layers)]
+        self.blocks = [_Block(c, weights, i, linear_dtype) for i in range(c.num_layers)]
         self.norm = weights.take("model.norm.weight", (c.hidden_size,), dtype)
         if c.tie_word_embeddings:
             weights.arrays.pop("lm_head.weight", None)  # some tied checkpoints store the copy too
-            self.lm_head = Linear(embed.T)  # (hidden, vocab)
+            self.lm_head = Linear(embed.T, None, linear_dtype)  # (hidden, vocab)
         else:
-            self.lm_head = Linear(weights.take("lm_head.weight", (c.vocab_size, c.hidden_size), dtype, True))
-        self.embed = self.lm_head.weight.T if c.tie_word_embeddings else embed  # (vocab, hidden)
+            lm_head = weights.take("lm_head.weight", (c.vocab_size, c.hidden_size), dtype, True)
+            self.lm_head = Linear(lm_head, None, linear_dtype)
+        self.embed = embed  # (vocab, hidden)
         weights.finish(ignore=("rotary_emb.inv_freq",))
 
     def step(self, batch: StepBatch, cache: KVCache) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from serve.zoo.decoders import load_pretrained
+from serve.zoo.decoders import layers, load_pretrained
 from tests.unit.zoo.decoders.reference import (
     CONFIGS,
     PagedRunner,
@@ -67,3 +67,27 @@ def test_the_sliding_window_changes_the_answer(tmp_path: Path) -> None:
     for layer in model.model.layers:
         layer.self_attn.sliding_window = None
     assert not np.allclose(windowed, reference_logits(model, ids)[-1], atol=1e-3)
+
+
+def test_the_numpy_fallback_matches_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without serve's native kernels (SERVE_NATIVE=0, a CPU without AVX2) the products are numpy's."""
+    monkeypatch.setattr(layers.cpu_native, "available", lambda: False)
+    model = make_checkpoint("llama", tmp_path)
+    assert load_pretrained(tmp_path).blocks[0].qkv.weight is not None  # type: ignore[attr-defined]
+    run_and_compare(model, tmp_path)
+
+
+@pytest.mark.skipif(not layers.cpu_native.bf16_available(), reason="needs AVX512-BF16 and serve's native kernels")
+@pytest.mark.parametrize("name", ["gpt2", "qwen3"])
+def test_bfloat16_weights_stay_near_float32(name: str, tmp_path: Path) -> None:
+    make_checkpoint(name, tmp_path)
+    runs = []
+    for dtype in ("float32", "bfloat16"):
+        runner = PagedRunner(load_pretrained(tmp_path, dtype=dtype))
+        seq = runner.add(list(range(2, 40)))
+        runs.append(runner.step([(seq, len(seq.tokens))], all_logits=True))
+    fp32, bf16 = runs
+    scale = float(np.abs(fp32).max())
+    assert np.abs(bf16 - fp32).max() > 1e-5 * scale  # the products really ran in bf16
+    np.testing.assert_allclose(bf16, fp32, rtol=0, atol=3e-2 * scale)
+    assert (bf16.argmax(-1) == fp32.argmax(-1)).mean() >= 0.9
