@@ -10,14 +10,17 @@ Modes: greedy (temperature 0), temperature (1.0), top_p (0.9), top_p flat (0.9 o
 (0.05), penalties (temperature 1, repetition 1.1, presence 0.5, frequency 0.3 over a 1000-token history), logprobs
 (temperature 1, top_p 0.9, logprobs 5).
 
-Usage: python bench/sampler.py [--rows 1 16 64] [--vocab 32000 50257 151936] [--repeats 9] [--module PATH]
-(--module: time another copy of sampler.py, e.g. the one before a change, loaded from its file.)
+Usage: python bench/sampler.py [--rows 1 16 64] [--vocab 32000 50257 151936] [--repeats 9] [--compare PATH]
+(--compare: each cell as "before -> after", before being another copy of sampler.py (e.g. `git show
+REV:serve/generation/sampler.py > /tmp/old.py`) loaded from its file and timed in alternation with serve's, so that
+the machine's drift hits both alike.)
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import platform
 import statistics
 import sys
@@ -61,9 +64,7 @@ def lm_logits(rows: int, vocab: int, flat: bool, seed: int = 0) -> np.ndarray:
     return x
 
 
-def load(path: str | None) -> ModuleType:
-    if path is None:
-        return current_sampler
+def load(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location("sampler_under_test", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -72,18 +73,28 @@ def load(path: str | None) -> ModuleType:
     return module
 
 
-def time_mode(module: ModuleType, mode: str, rows: int, vocab: int, repeats: int) -> float:
+def time_modes(modules: list[ModuleType], mode: str, rows: int, vocab: int, repeats: int) -> list[float]:
+    """The median ms per call of each module's `sample`, the modules taking turns on every repeat."""
     logits = lm_logits(rows, vocab, flat=mode == "top_p flat")
     params = SamplingParams(**MODES[mode])
     history = np.random.default_rng(1).integers(0, vocab, 1000).tolist()
-    times = []
+    times: list[list[float]] = [[] for _ in modules]
     for rep in range(repeats + 1):
-        batch = [Row(params, history, 500, np.random.default_rng(rep * 1000 + i)) for i in range(rows)]
-        start = time.perf_counter()
-        module.sample(logits, batch, EOS)
-        if rep:  # the first call warms up
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for m, module in enumerate(modules):
+            batch = [Row(params, history, 500, np.random.default_rng(rep * 1000 + i)) for i in range(rows)]
+            start = time.perf_counter()
+            module.sample(logits, batch, EOS)
+            if rep:  # the first call warms up
+                times[m].append(time.perf_counter() - start)
+    return [statistics.median(t) * 1e3 for t in times]
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -92,16 +103,19 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, nargs="+", default=[32000, 50257, 151936])
     parser.add_argument("--modes", nargs="+", default=list(MODES))
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--module", default=None, help="path of a sampler.py to time instead of serve's")
+    parser.add_argument("--compare", default=None, help="path of another sampler.py to time before serve's")
     args = parser.parse_args()
-    module = load(args.module)
-    print(f"sample() ms per step, median of {args.repeats}; numpy {np.__version__}, {platform.processor() or ''}")
+    modules = ([load(args.compare)] if args.compare else []) + [current_sampler]
+    what = "before -> after" if args.compare else "serve's"
+    print(f"sample() ms per step ({what}), median of {args.repeats}; numpy {np.__version__}, {cpu_name()}, "
+          f"{os.cpu_count()} cores")  # fmt: skip
     print("| rows x vocab | " + " | ".join(args.modes) + " |")
     print("|---|" + "---:|" * len(args.modes))
     for vocab in args.vocab:
         for rows in args.rows:
-            cells = [f"{time_mode(module, m, rows, vocab, args.repeats):.2f}" for m in args.modes]
-            print(f"| {rows} x {vocab} | " + " | ".join(cells) + " |", flush=True)
+            cells = [time_modes(modules, m, rows, vocab, args.repeats) for m in args.modes]
+            text = [" -> ".join(f"{t:.2f}" for t in c) for c in cells]
+            print(f"| {rows} x {vocab} | " + " | ".join(text) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -179,9 +179,12 @@ def _penalties(x: np.ndarray, row: SamplerRow, vocab: int) -> None:
         v = x[seen]
         x[seen] = np.where(v < 0, v * p.repetition_penalty, v / p.repetition_penalty)
     if p.presence_penalty or p.frequency_penalty:
-        ids, counts = np.unique(np.asarray(row.token_ids[row.num_prompt_tokens :], np.int64), return_counts=True)
-        inside = (ids >= 0) & (ids < vocab)
-        x[ids[inside]] -= p.frequency_penalty * counts[inside] + p.presence_penalty  # every count here is > 0
+        ids = np.sort(np.asarray(row.token_ids[row.num_prompt_tokens :], np.int64))
+        ids = ids[(ids >= 0) & (ids < vocab)]
+        if ids.size:  # each distinct id and its count, from the sorted ids (cheaper than np.unique's)
+            first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+            counts = np.diff(np.append(first, ids.size))
+            x[ids[first]] -= p.frequency_penalty * counts + p.presence_penalty  # every count here is > 0
 
 
 def _warp(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, np.ndarray]:
@@ -224,7 +227,8 @@ def _top_p(v: np.ndarray, p: SamplingParams) -> np.ndarray | None:
     top_p = p.top_p
     if top_p >= 1.0:
         return None
-    probs = np.exp(v - v.max())  # (n,), unnormalized, the largest 1
+    probs = v - v.max()  # (n,)
+    np.exp(probs, out=probs)  # unnormalized probabilities, the largest 1
     total = float(probs.sum(dtype=np.float64))
     n, size = len(probs), TOP_P_CANDIDATES
     sure, sure_mass = np.inf, 0.0  # the tokens at least this likely are kept; their normalized mass
@@ -279,7 +283,8 @@ def _min_p(v: np.ndarray, p: SamplingParams) -> np.ndarray | None:
 def _draw(vals: np.ndarray, u: float) -> int:
     """Inverse CDF: the first position whose cumulative mass exceeds u * total (float64 block sums, then a
     cumulative sum inside the chosen block)."""
-    w = np.exp(vals - vals.max())  # (n,), unnormalized
+    w = vals - vals.max()  # (n,)
+    np.exp(w, out=w)  # unnormalized probabilities
     starts = np.arange(0, len(w), DRAW_BLOCK)
     cum = np.cumsum(np.add.reduceat(w, starts, dtype=np.float64))  # (blocks,)
     target = u * cum[-1]
@@ -303,7 +308,7 @@ def _top_logprobs(idx: np.ndarray | None, lp: np.ndarray, k: int, vocab: int) ->
     if k == 0:
         return []
     n = len(lp)
-    sel = np.arange(n) if k >= n else np.flatnonzero(lp >= np.partition(lp, n - k)[n - k])
+    sel = np.arange(n) if k >= n else np.flatnonzero(lp >= _kth_largest(lp, k))
     sel = sel[np.isfinite(lp[sel])]
     ids = sel if idx is None else idx[sel]
     top = [(int(ids[o]), float(lp[sel[o]])) for o in np.lexsort((ids, -lp[sel]))[:k]]
