@@ -11,8 +11,8 @@ Decisions, and why:
   and r sees j when j <= positions[r] (and j > positions[r] - window with a sliding window, transformers' rule).
   A sliding window also trims the gather to the keys any new row can see.
 - A decode-only step (one new row per sequence, the steady state) runs all sequences at once: one gather of
-  every sequence's blocks padded to the longest, one batched product, the padding masked; no Python loop over
-  sequences.
+  every sequence's blocks padded to the longest, one batched product, the padding (and what a window leaves out)
+  masked; no Python loop over sequences.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def paged_attention(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch,
     kv_heads = cache.key[layer].shape[2]
     scale = np.float32(1.0 / np.sqrt(dim))
     starts = batch.query_starts
-    if t == batch.num_sequences and window is None:
-        return _decode(q * scale, cache, layer, batch).reshape(t, heads, dim)
+    if t == batch.num_sequences and bool(np.all(np.diff(starts) == 1)):
+        return _decode(q * scale, cache, layer, batch, window).reshape(t, heads, dim)
     out = np.empty_like(q)
     for i in range(batch.num_sequences):
         s, e = int(starts[i]), int(starts[i + 1])
@@ -69,20 +69,25 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, kv
     return y.reshape(kv_heads, g, n, dim).transpose(2, 0, 1, 3).reshape(n, heads, dim)  # (n, heads, d)
 
 
-def _decode(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch) -> np.ndarray:
-    """One new row per sequence: every sequence's blocks gathered at once, (S, heads*head_dim) out."""
+def _decode(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window: int | None) -> np.ndarray:
+    """One new row per sequence (the last of its context): every sequence's blocks gathered at once, (S,
+    heads*head_dim) out. With a window only the blocks it can reach are gathered."""
     s, heads, dim = q.shape
     bs = cache.block_size
     ctx = batch.context_lens
-    nb = int(-(-ctx.max() // bs))
-    tables = np.maximum(batch.block_tables[:, :nb], 0)  # -1 (unused) reads block 0, masked below
+    first = 0 if window is None else max(0, int(ctx.min()) - window) // bs  # blocks no sequence's window reaches
+    nb = int(-(-ctx.max() // bs)) - first
+    tables = np.maximum(batch.block_tables[:, first : first + nb], 0)  # -1 (unused) reads block 0, masked below
     kv_heads = cache.key[layer].shape[2]
     k = cache.key[layer][tables].reshape(s, nb * bs, kv_heads, dim)  # (S, L, kvh, d)
     v = cache.value[layer][tables].reshape(s, nb * bs, kv_heads, dim)
     g = heads // kv_heads
     qg = q.reshape(s, kv_heads, g, dim)  # (S, kvh, G, d)
     scores = qg @ k.transpose(0, 2, 3, 1)  # (S, kvh, G, d) @ (S, kvh, d, L) -> (S, kvh, G, L)
-    visible = np.arange(nb * bs)[None, :] < ctx[:, None]  # (S, L): a decode row sees its whole context
+    keys = np.arange(first * bs, (first + nb) * bs)[None, :]  # (1, L): the gathered positions
+    visible = keys < ctx[:, None]  # (S, L): a decode row sees its whole context, or the window's end of it
+    if window is not None:
+        visible &= keys > ctx[:, None] - 1 - window
     probs = _softmax(np.where(visible[:, None, None, :], scores, -np.inf))
     y = probs @ v.transpose(0, 2, 1, 3)  # (S, kvh, G, L) @ (S, kvh, L, d) -> (S, kvh, G, d)
     return y.reshape(s, heads * dim)

@@ -91,3 +91,13 @@ def test_bfloat16_weights_stay_near_float32(name: str, tmp_path: Path) -> None:
     assert np.abs(bf16 - fp32).max() > 1e-5 * scale  # the products really ran in bf16
     np.testing.assert_allclose(bf16, fp32, rtol=0, atol=3e-2 * scale)
     assert (bf16.argmax(-1) == fp32.argmax(-1)).mean() >= 0.9
+
+
+def test_a_sequence_without_new_rows_beside_one_with_two(tmp_path: Path) -> None:
+    """As many rows as sequences is not a decode-only step when one sequence has none and another two."""
+    model = make_checkpoint("qwen2", tmp_path)
+    runner = PagedRunner(load_pretrained(tmp_path))
+    a, b = runner.add([5, 6, 7, 8, 9]), runner.add([10, 11, 12])
+    runner.step([(a, 3), (b, 3)])
+    logits = runner.step([(a, 2), (b, 0)], all_logits=True)
+    assert_close(logits, reference_logits(model, a.tokens)[3:5])
