@@ -7,7 +7,8 @@ Decisions, and why:
   older folders wrote it (`rope_theta` at the top, `rope_scaling` with `type` or `rope_type`), because the
   checkpoints people serve were saved by many transformers versions.
 - A sliding window is per layer: `layer_types` (Qwen2/Qwen3 in transformers 5: "sliding_attention" or
-  "full_attention") says which layers use `sliding_window`; without it, Mistral's `sliding_window` applies to all.
+  "full_attention") says which layers use `sliding_window`; without it, Mistral's applies to all layers and
+  Qwen's to the layers from `max_window_layers` on when `use_sliding_window` is set (transformers' rule).
 - Every problem is a CheckpointError naming the file and the key (the server answers it at registration as the
   archive's fault, a 4xx), never a KeyError from deep inside a loader.
 """
@@ -162,16 +163,19 @@ def _llama_like(r: _Reader, model_type: str, dtype: str) -> DecoderConfig:
 
 def _sliding_windows(r: _Reader, layers: int) -> tuple[int | None, ...]:
     window = r.positive("sliding_window", None)
+    if r.data.get("use_sliding_window") is False:  # Qwen2/Qwen3: the window is off unless this is set
+        window = None
     types = r.get("layer_types", list, None)
     if types is None:
-        if r.data.get("use_sliding_window") is False:
-            window = None
+        if r.data.get("model_type") in ("qwen2", "qwen3"):  # transformers 4's files: layers from max_window_layers on
+            first = r.get("max_window_layers", int, 28)
+            return tuple(window if i >= first else None for i in range(layers))
         return (window,) * layers
     if len(types) != layers or any(t not in ("full_attention", "sliding_attention") for t in types):
         raise CheckpointError(
             f"config.json: 'layer_types' must list {layers} entries of 'full_attention' or 'sliding_attention'"
         )
-    if "sliding_attention" in types and window is None:
+    if "sliding_attention" in types and window is None and "use_sliding_window" not in r.data:
         raise CheckpointError("config.json: 'layer_types' names sliding_attention layers but 'sliding_window' is unset")
     return tuple(window if t == "sliding_attention" else None for t in types)
 

@@ -76,3 +76,27 @@ def test_weight_problems_name_the_tensor(tmp_path: Path) -> None:
         load_pretrained(tmp_path)
     with pytest.raises(ValueError, match="dtype 'int8' is not supported"):
         load_pretrained(tmp_path, dtype="int8")
+
+
+@pytest.mark.parametrize(
+    ("extra", "windows"),
+    [
+        ({"model_type": "mistral", "sliding_window": 4}, (4, 4, 4)),
+        ({"model_type": "qwen2", "sliding_window": 4, "use_sliding_window": False}, (None, None, None)),
+        (
+            {"model_type": "qwen2", "sliding_window": 4, "use_sliding_window": True, "max_window_layers": 1},
+            (None, 4, 4),
+        ),
+        (
+            {
+                "model_type": "qwen3",
+                "sliding_window": 4,
+                "layer_types": ["sliding_attention", "full_attention"] * 1 + ["sliding_attention"],
+            },
+            (4, None, 4),
+        ),
+    ],
+)
+def test_sliding_windows_per_layer(tmp_path: Path, extra: dict[str, Any], windows: tuple[int | None, ...]) -> None:
+    config = read_config(write(tmp_path, {**LLAMA, "num_hidden_layers": 3, **extra}))
+    assert config.sliding_windows == windows
