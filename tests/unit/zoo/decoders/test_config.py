@@ -91,7 +91,7 @@ def test_weight_problems_name_the_tensor(tmp_path: Path) -> None:
             {
                 "model_type": "qwen3",
                 "sliding_window": 4,
-                "layer_types": ["sliding_attention", "full_attention"] * 1 + ["sliding_attention"],
+                "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
             },
             (4, None, 4),
         ),
