@@ -30,14 +30,15 @@ def targets(result: dict[str, Any]) -> list[tuple[str, float | None, str]]:
     rows: list[tuple[str, float | None, str]] = []
     if c1 and c16:
         rows.append(("c16 aggregate / c1 aggregate", c16["tokens_per_s"] / c1["tokens_per_s"], ">= 4"))
-    if c16 and torch:
+    if c16 and torch and "generate_b16_tokens_per_s" in torch:
         rows.append(("c16 aggregate / transformers padded batch 16", c16["tokens_per_s"]
                      / torch["generate_b16_tokens_per_s"], ">= 1.5"))  # fmt: skip
-    if c1 and torch:
+    if c1 and torch and "generate_b1_tokens_per_s" in torch:
         rows.append(("c1 tokens/s / transformers generate batch 1", c1["tokens_per_s"]
                      / torch["generate_b1_tokens_per_s"], ">= 1"))  # fmt: skip
         rows.append(("c1 decode rate (1/TPOT) / transformers generate batch 1", 1e3 / c1["tpot_p50_ms"]
                      / torch["generate_b1_tokens_per_s"], ">= 1"))  # fmt: skip
+    if c1 and torch and "prefill_s" in torch:
         rows.append(("c1 TTFT p50 / torch prefill of the prompt", c1["ttft_p50_ms"] / 1e3 / torch["prefill_s"],
                      "<= 1.2"))  # fmt: skip
     return rows
@@ -49,7 +50,7 @@ def bandwidth_bound(result: dict[str, Any]) -> dict[str, float]:
     c1 = level(result, 1)
     if c1:
         out["serve_fraction"] = 1e3 / c1["tpot_p50_ms"] / bound
-    if result.get("torch"):
+    if "generate_b1_tokens_per_s" in (result.get("torch") or {}):
         # generate's rate includes its prefill: a lower bound on its decode rate
         out["torch_fraction"] = result["torch"]["generate_b1_tokens_per_s"] / bound
     return out
@@ -81,16 +82,26 @@ def render(header: dict[str, Any], results: list[dict[str, Any]]) -> str:
                          f"{s['ttft_p50_ms']:.0f} | {s['ttft_p99_ms']:.0f} | {s['itl_p50_ms']:.1f} | "
                          f"{s['itl_p99_ms']:.1f} | {s['request_tokens_per_s_p50']:.1f} | {s['tpot_p50_ms']:.1f} | "
                          f"{s['errors']} |")  # fmt: skip
-        t = r.get("torch")
-        if t:
-            lines += ["", f"transformers {t['transformers']} + torch {t['torch']} ({t['attention']} attention, "
-                      f"{t['threads']} threads): generate batch 1 {t['generate_b1_tokens_per_s']:.1f} tokens/s, "
-                      f"padded batch 16 {t['generate_b16_tokens_per_s']:.1f} tokens/s, prefill of one 32-token "
-                      f"prompt {t['prefill_s'] * 1e3:.1f} ms."]  # fmt: skip
+        for t in (r.get("torch_runs") or {}).values():
+            figures = [f"prefill of one {header['prompt']}-token prompt {t['prefill_s'] * 1e3:.1f} ms"
+                       if "prefill_s" in t else "",
+                       f"generate batch 1 {t['generate_b1_tokens_per_s']:.1f} tokens/s"
+                       if "generate_b1_tokens_per_s" in t else "",
+                       f"padded batch 16 {t['generate_b16_tokens_per_s']:.1f} tokens/s"
+                       if "generate_b16_tokens_per_s" in t else ""]  # fmt: skip
+            late = " (ran out of its time limit; the rest not measured)" if t.get("partial") else ""
+            lines += ["", f"transformers {t.get('transformers', '?')} + torch {t.get('torch', '?')} "
+                      f"({t.get('attention', '?')} attention, {t['threads']} thread{'s' if t['threads'] > 1 else ''}): "
+                      f"{', '.join(f for f in figures if f) or 'nothing measured'}{late}."]  # fmt: skip
         rows = r.get("targets", [])
         if rows:
             lines += ["", "| target | serve / reference | met? |", "|---|---:|---|"]
             lines += [f"| {what} {target} | {ratio:.2f} | {met(ratio, target)} |" for what, ratio, target in rows]
+            if r.get("torch"):
+                used = {k[: -len("_threads")]: v for k, v in r["torch"].items()
+                        if k.endswith(("tokens_per_s_threads", "prefill_s_threads"))}  # fmt: skip
+                lines += ["", "References judged against (the best over thread counts): " + ", ".join(
+                    f"{k} on {v} thread{'s' if v > 1 else ''}" for k, v in used.items()) + "."]  # fmt: skip
         b = r.get("bandwidth", {})
         if b:
             lines += ["", f"Memory-bandwidth bound at batch 1: copy bandwidth {r['copy_bandwidth'] / 1e9:.1f} GB/s "
