@@ -65,13 +65,13 @@ def test_top_p_grows_its_candidates_and_bisects_flat_rows_as_transformers(
     vocab = 50_000
     logits = np.stack([_lm(vocab, 20, 1), _lm(vocab, 300, 2), _lm(vocab, 3000, 3), _lm(vocab, 0, 4)])  # (4, V)
     sizes: list[int] = []
-    kth = sampler_module._kth_largest
+    top = sampler_module._top_positions
 
-    def spy(v: np.ndarray, k: int) -> float:
+    def spy(v: np.ndarray, k: int) -> np.ndarray:
         sizes.append(k)
-        return kth(v, k)
+        return top(v, k)
 
-    monkeypatch.setattr(sampler_module, "_kth_largest", spy)
+    monkeypatch.setattr(sampler_module, "_top_positions", spy)
     kept = np.isfinite(_assert_same_tokens(logits, SamplingParams(top_p=top_p))).sum(axis=1)
     assert 64 * 8 in sizes  # the 64 likeliest were too few somewhere: the candidates grew
     assert kept[3] > 1000  # the flat row needed a good part of the vocabulary
