@@ -127,6 +127,7 @@ from serve.tensor.math_ops import (
     trunc,
     where,
 )
+from serve.tensor.membership import isin
 from serve.tensor.random import (
     Generator,
     bernoulli,
@@ -167,6 +168,7 @@ from serve.tensor.reduce_ops import (
     var_mean,
 )
 from serve.tensor.sampling import multinomial
+from serve.tensor.scaled_products import addmm, baddbmm
 from serve.tensor.shape_ops import (
     broadcast_tensors,
     broadcast_to,

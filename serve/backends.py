@@ -4,6 +4,7 @@
     serve.backends.cudnn.allow_tf32 = False        # float32 convolutions strict FP32 (default True: TF32)
 
 The CPU backend ignores them. The values live in `serve.backend.flags`, read by every GPU matrix product.
+`serve.backends.mps.is_available()` is False: serve has no Metal backend (libraries probe it to pick a device).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from serve.backend import flags as _flags
 
-__all__ = ["cuda", "cudnn"]
+__all__ = ["cuda", "cudnn", "mps"]
 
 
 class _Flag:
@@ -55,5 +56,18 @@ class _Cudnn:
         return False  # serve's convolutions are its own im2col + cuBLAS, not cuDNN
 
 
+class _Mps:
+    """Apple's Metal backend, which serve does not have (libraries probe it to pick a device)."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return False
+
+    @staticmethod
+    def is_built() -> bool:
+        return False
+
+
 cuda = _Cuda()
 cudnn = _Cudnn()
+mps = _Mps()

@@ -16,7 +16,12 @@ from serve.backend.device import CPU, as_device, device
 
 __all__ = ["CPU", "as_device", "device", "get_ops", "is_available", "placed", "register"]
 
-_MODULES: dict[str, str] = {"cpu": "serve.backend.ops_cpu", "cuda": "serve.backend.ops_cuda"}
+# "meta" tensors are CPU tensors under another name (device.py: serve has no storage-less tensors)
+_MODULES: dict[str, str] = {
+    "cpu": "serve.backend.ops_cpu",
+    "cuda": "serve.backend.ops_cuda",
+    "meta": "serve.backend.ops_cpu",
+}
 _loaded: dict[str, ModuleType] = {}
 
 
@@ -63,6 +68,6 @@ def placed(value: Any) -> tuple[device, ModuleType]:
     """
     dev = as_device(value)
     ops = get_ops(dev)
-    if dev.index is None and dev.type != "cpu":
+    if dev.index is None and dev.type == "cuda":
         dev = device(dev.type, ops.current_device())
     return dev, ops

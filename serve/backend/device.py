@@ -1,4 +1,14 @@
-"""`serve.device`: where a tensor lives, named like `torch.device` ("cpu", "cuda", "cuda:1")."""
+"""`serve.device`: where a tensor lives, named like `torch.device` ("cpu", "cuda", "cuda:1").
+
+`device("meta")` exists because libraries build models under `with torch.device("meta"):` (transformers builds
+there, skips initialising what it will load, then loads the weights) and compare devices against it. serve has no
+storage-less tensors: a "meta" tensor is a CPU tensor that reports `device(type='meta')` (its primitives are the
+CPU's), so building under the meta context allocates what torch would not, and nothing else changes.
+
+`with device("cpu")` / `with device("meta")`: tensors made without a device inside the block are made there
+(`as_device(None)`), as under torch's device context. A CUDA default-device context is refused with what to do
+instead (build on the CPU and call .to("cuda")). The context is process-wide, not per thread.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +34,8 @@ class device:
             if index is not None or not idx.isdigit():
                 raise RuntimeError(f"Invalid device string: '{type}:{idx}'; expected 'cpu', 'cuda' or 'cuda:N'")
             index = int(idx)
-        if type not in ("cpu", "cuda"):
-            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {type}")
+        if type not in ("cpu", "cuda", "meta"):
+            raise RuntimeError(f"Expected one of cpu, cuda, meta device type at start of device string: {type}")
         if index is not None and index < 0:
             raise RuntimeError(f"Device index must not be negative, got {index}")
         self.type = type
@@ -42,6 +52,18 @@ class device:
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
+    def __enter__(self) -> device:
+        if self.type == "cuda":
+            raise RuntimeError(
+                f"'with device({str(self)!r})' is not supported: serve has no default-device context for CUDA; "
+                "build the model on the CPU and call .to('cuda')"
+            )
+        _context.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _context.pop()
+
     def __repr__(self) -> str:
         if self.index is None:
             return f"device(type='{self.type}')"
@@ -49,12 +71,13 @@ class device:
 
 
 CPU = device("cpu")
+_context: list[device] = []  # the devices of the `with device(...)` blocks being run, innermost last
 
 
 def as_device(value: Any) -> device:
-    """A `device` from a device, a string or a CUDA index; `device("cpu")` for None."""
+    """A `device` from a device, a string or a CUDA index; for None the `with device(...)` block's, else cpu."""
     if value is None:
-        return CPU
+        return _context[-1] if _context else CPU
     if isinstance(value, device):
         return value
     return device(value)

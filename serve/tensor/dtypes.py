@@ -222,7 +222,7 @@ class finfo:
         d = type or get_default_dtype()
         if d._category < _FLOAT:
             raise TypeError(f"finfo() requires a floating point input type, got {d!r}; use iinfo for integers")
-        info = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
+        info = np.finfo(d.np) if d.np.kind == "f" else ml_dtypes.finfo(d.np)  # bfloat16, float8: ml_dtypes
         self.dtype = d.name
         self.bits = d.itemsize * 8
         self.eps = builtins_float(info.eps)

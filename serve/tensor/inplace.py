@@ -136,6 +136,7 @@ def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     check_inplace(self)
+    _own_broadcast_storage(self)
     src = src.to(self._device)
     if src._dtype is not self._dtype:  # copy_ may turn a float into an int or a bool, unlike arithmetic
         src = src.to(self._dtype)
@@ -155,6 +156,21 @@ def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
     versions.bump(self._data)
     _record(self, shadow, src)
     return self
+
+
+def _own_broadcast_storage(self: Tensor) -> None:
+    """An expand()ed tensor is a read-only numpy broadcast view: writing into it first gives it its own storage (so
+    the tensor it was expanded from does not see the write), unless an expanded dimension repeats elements, which
+    torch refuses too. transformers' BERT-family builds copy into `arange(n).expand((1, -1))` buffers."""
+    data = self._data
+    if getattr(data.flags, "writeable", True):  # numpy's broadcast views are read-only; CuPy has no such flag
+        return
+    if any(stride == 0 and size > 1 for stride, size in zip(data.strides, data.shape, strict=True)):
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+            "location. Please clone() the tensor before performing the operation."
+        )
+    self._data = data.copy()
 
 
 def fill_(self: Tensor, value: Any) -> Tensor:

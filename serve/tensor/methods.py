@@ -16,9 +16,11 @@ from serve.tensor import (
     inplace,
     linalg,
     math_ops,
+    membership,
     random,
     reduce_ops,
     sampling,
+    scaled_products,
     shape_ops,
     sorting,
 )
@@ -45,6 +47,7 @@ _METHODS: dict[Any, tuple[str, ...]] = {
     ),
     indexing: ("index_select", "masked_select", "masked_fill", "gather", "nonzero", "take", "argwhere"),
     linalg: ("matmul", "mm", "mv", "bmm", "dot", "inner", "outer", "ger"),
+    scaled_products: ("addmm", "baddbmm"),
     sorting: ("sort", "argsort", "topk", "kthvalue", "msort"),
     creation: ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full"),
     random: ("uniform_", "normal_", "random_", "bernoulli_", "exponential_", "bernoulli"),
@@ -111,6 +114,7 @@ def _bind() -> None:
     Tensor.__abs__ = math_ops.abs  # type: ignore[method-assign]
     Tensor.__invert__ = _invert  # type: ignore[method-assign]
     Tensor.__getitem__ = indexing.getitem  # type: ignore[method-assign]
+    setattr(Tensor, "__contains__", membership.contains)  # noqa: B010  (mypy: Tensor declares no __contains__)
     Tensor.__setitem__ = indexing.setitem  # type: ignore[method-assign]
     Tensor.__array_priority__ = 1000  # type: ignore[attr-defined]  # numpy defers `ndarray op tensor` to us
     Tensor.where = _where  # type: ignore[attr-defined]

@@ -64,7 +64,9 @@ def reshape(input: Tensor, *shape: Any) -> Tensor:
     return _make(out, input._dtype, input._device, input._ops)
 
 
-def view(input: Tensor, *shape: Any) -> Tensor:
+def view(input: Tensor, *shape: Any, dtype: dtypes.dtype | None = None) -> Tensor:
+    if dtype is not None and not shape:
+        return _view_dtype(input, dtype)  # view(dtype=...): safetensors' slices call it so
     if len(shape) == 1 and isinstance(shape[0], dtypes.dtype):
         return _view_dtype(input, shape[0])
     shape_t = infer_shape(_sizes(shape), input._data.size)
@@ -74,8 +76,16 @@ def view(input: Tensor, *shape: Any) -> Tensor:
 
 
 def _view_dtype(x: Tensor, dt: dtypes.dtype) -> Tensor:
+    """The same bytes as `dt`; with a different element size the last dimension scales, as in torch (safetensors
+    reads a checkpoint's bytes as uint8, then views them as the stored dtype)."""
     if dt.itemsize != x._dtype.itemsize:
-        raise RuntimeError("view(dtype) here needs a dtype of the same size as the tensor's")
+        if x.ndim == 0 or (x._data.shape[-1] * x._dtype.itemsize) % dt.itemsize:
+            raise RuntimeError(
+                f"view(dtype): the last dimension of a {x._dtype} tensor of shape {list(x.shape)} does not hold a "
+                f"whole number of {dt} elements"
+            )
+        if x._data.shape[-1] != 1 and x._data.strides[-1] != x._dtype.itemsize:
+            raise RuntimeError("view(dtype): the last dimension must be contiguous to change the element size")
     return _make(x._data.view(dt.np), dt, x._device, x._ops)
 
 

@@ -53,13 +53,18 @@ def _make(data: Any, dt: dtype, dev: device, ops: Any) -> Tensor:
     return t
 
 
+# what a tensor is, copied slot by slot when a subclass instance (a Parameter) is made from a tensor
+_STATE_SLOTS = ("_data", "_device", "_dtype", "_grad", "_grad_fn", "_ops", "_output_nr", "_requires_grad", "_view")
+
+
 class Tensor:
     """A multi-dimensional array with PyTorch's interface. Build one with `serve.tensor(...)` and friends."""
 
     # `_view` (unset on most tensors): (base, index) when this tensor is `base[index]` with a basic index, so
     # that an in-place change of the view can be recorded on the base's graph too (PyTorch's CopySlices)
-    __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_grad", "_grad_fn", "_ops", "_output_nr",
-                 "_requires_grad", "_view")  # fmt: skip
+    # `__dict__` (made only when used): attributes a library sets on a tensor, as torch allows (transformers marks
+    # loaded weights with `_is_hf_initialized`)
+    __slots__ = ("__dict__", "__weakref__", *_STATE_SLOTS)
     _data: Any
     _dtype: dtype
     _device: device
@@ -81,7 +86,7 @@ class Tensor:
         if cls is Tensor:
             return src
         t = _new(cls)
-        for slot in Tensor.__slots__[1:]:
+        for slot in _STATE_SLOTS:
             if hasattr(src, slot):
                 setattr(t, slot, getattr(src, slot))
         return t
@@ -128,6 +133,10 @@ class Tensor:
     @property
     def is_cpu(self) -> builtins.bool:
         return self._device.type == "cpu"
+
+    @property
+    def is_meta(self) -> builtins.bool:
+        return self._device.type == "meta"
 
     def is_floating_point(self) -> builtins.bool:
         return self._dtype.is_floating_point
@@ -396,7 +405,7 @@ class Tensor:
         if type(self) is not Tensor:
             inner = new
             new = _new(type(self))
-            for slot in Tensor.__slots__[1:]:
+            for slot in _STATE_SLOTS:
                 if hasattr(inner, slot):
                     setattr(new, slot, getattr(inner, slot))
             for k, v in getattr(self, "__dict__", {}).items():

@@ -218,10 +218,11 @@ def _alias_modules() -> dict[str, ModuleType]:
         proxy.__spec__.submodule_search_locations = []
         proxy.__file__ = origin
         _proxies[alias] = proxy
-    extra = _compat_module("torch")
-    if extra is not None:
-        _proxies["torch"].__dict__.update({k: v for k, v in vars(extra).items() if not k.startswith("__")})
-        _proxies["torch"].__dict__["__version__"] = extra.version.__version__
+    for alias, aliased in _proxies.items():  # serve.compat.torch.X's names join torch.X (torch.nn.init.sparse_, ...)
+        extra = _existing(PREFIXES["torch"] + alias[len("torch") :])
+        if extra is not None:
+            aliased.__dict__.update({k: v for k, v in vars(extra).items() if not k.startswith("__")})
+    _proxies["torch"].__dict__["__version__"] = _proxies["torch"].version.__version__
     for alias, module in _proxies.items():
         parent, _, child = alias.rpartition(".")
         if parent:

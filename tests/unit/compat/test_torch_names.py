@@ -192,3 +192,44 @@ def test_constants_overloads_and_model_zoo_match_torch():
 
     assert jit._overload_method(f) is f and jit._overload(f) is f
     assert t.utils.model_zoo.load_url is hub.load_state_dict_from_url
+
+
+def test_the_names_transformers_touches_exist_under_the_alias():
+    """transformers 5.x's import-time and build-time names (issue 26 item 2), through the hook as a model file sees
+    them; the numerical ones are tested against torch in tests/unit/tensor/test_transformers_ops.py."""
+    import importlib.util
+
+    from serve.worker.torch_compat import torch_compat
+
+    with torch_compat():
+        import torch
+        import torch.nn as nn
+        from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+        from torch.nn.attention.flex_attention import BlockMask, flex_attention
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        assert importlib.util.find_spec("torch").name == "torch" and torch.__version__ == "2.13.0"
+        assert importlib.util.find_spec("torchaudio") is None
+        assert torch.LongTensor([1, 2]).dtype is torch.int64 and isinstance(torch.zeros(1), torch.FloatTensor)
+        assert not isinstance(torch.zeros(1, dtype=torch.int64), torch.FloatTensor)
+        assert torch.BoolTensor(2, 3).shape == (2, 3)
+        assert torch.finfo(torch.float8_e4m3fn).max == 448.0 and torch.uint16.itemsize == 2
+        assert not torch.compiler.is_compiling() and torch.compiler.disable(len) is len
+        assert not torch.distributed.is_available() and torch.version.cuda is None
+        assert not torch.backends.mps.is_available() and not torch.accelerator.is_available()
+        assert not torch.cuda.is_current_stream_capturing() and torch.get_default_device() == torch.device("cpu")
+        with TransformGetItemToIndex(), torch.profiler.record_function("step"), torch.autograd.graph.save_on_cpu():
+            pass
+        leaves, spec = tree_flatten({"a": [1, (2, 3)], "b": 4})
+        assert leaves == [1, 2, 3, 4] and tree_unflatten([5, 6, 7, 8], spec) == {"a": [5, (6, 7)], "b": 8}
+        with pytest.raises(NotImplementedError, match="attn_implementation"):
+            flex_attention(None, None, None)
+        assert BlockMask is not None
+        op = torch.library.custom_op("serve_test::twice", mutates_args=())(lambda x: x * 2)
+        op.register_fake(lambda x: x)
+        assert op(3) == 6
+        weight = nn.init.sparse_(torch.empty(10, 4), sparsity=0.3)
+        assert [int((weight[:, c] == 0).sum()) for c in range(4)] == [3, 3, 3, 3]
+        with pytest.raises(NotImplementedError, match="3-D convolution"):
+            nn.Conv3d(1, 1, 3)
+        assert nn.modules.module._EXTRA_STATE_KEY_SUFFIX == "_extra_state"

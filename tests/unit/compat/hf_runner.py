@@ -1,0 +1,55 @@
+"""Run in its own process by test_transformers_families.py: transformers on serve's torch alias.
+
+    python hf_runner.py JOBS.json
+
+Installs the alias as a worker of a torch-compat archive does (install_torch_compat, before transformers is
+imported), then for each job {name, folder, auto_class, inputs: {arg: file.npy}, generate: n | 0} loads the saved
+model with `AutoModel...from_pretrained(folder)`, runs a forward (and greedy `generate` when n > 0) and writes
+<folder>/out_<output>.npy; a job that fails writes <folder>/error.txt and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from serve.worker.torch_compat import install_torch_compat
+
+
+def run(job: dict) -> None:
+    import torch  # serve's alias
+    import transformers
+
+    folder = Path(job["folder"])
+    model = getattr(transformers, job["auto_class"]).from_pretrained(folder).eval()
+    inputs = {k: torch.from_numpy(np.load(folder / v)) for k, v in job["inputs"].items()}
+    with torch.no_grad():
+        out = model(**inputs)
+        np.save(folder / "out_logits.npy", out.logits.numpy())
+        if job["generate"]:
+            gen_inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+            tokens = model.generate(**gen_inputs, max_new_tokens=job["generate"], do_sample=False)
+            np.save(folder / "out_tokens.npy", tokens.numpy())
+
+
+def main() -> int:
+    install_torch_compat()
+    if "torch" in sys.modules and "/serve/" not in (sys.modules["torch"].__file__ or ""):
+        raise SystemExit("the real torch is loaded: the runner must run with serve's alias only")
+    for job in json.loads(Path(sys.argv[1]).read_text()):
+        for stale in Path(job["folder"]).glob("out_*.npy"):
+            stale.unlink()
+        Path(job["folder"], "error.txt").unlink(missing_ok=True)
+        try:
+            run(job)
+        except Exception:
+            Path(job["folder"], "error.txt").write_text(traceback.format_exc())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
