@@ -32,40 +32,30 @@ __all__ = ["LlamaDecoder"]
 class _Block:
     def __init__(self, c: DecoderConfig, w: Weights, i: int, linear_dtype: str) -> None:
         p, dtype = f"model.layers.{i}.", np.dtype(np.float32)
-        q_out, kv_out, h = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.hidden_size
+        q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        h, inner = c.hidden_size, c.intermediate_size
+
+        def linear(parts: list[tuple[str, int]], n_in: int, bias: bool) -> Linear:
+            """The Linear of these torch Linears (name, out_features) side by side: (n_in, sum of outs)."""
+            weights = [w.take(f"{p}{name}.weight", (out, n_in), dtype, transpose=True) for name, out in parts]
+            biases = [w.take(f"{p}{name}.bias", (out,), dtype) for name, out in parts] if bias else None
+            fused = weights[0] if len(weights) == 1 else np.concatenate(weights, axis=1)
+            return Linear(fused, None if biases is None else np.concatenate(biases), linear_dtype)
+
         self.input_norm = w.take(p + "input_layernorm.weight", (h,), dtype)
         self.post_norm = w.take(p + "post_attention_layernorm.weight", (h,), dtype)
-        a, m = p + "self_attn.", p + "mlp."
         if c.model_type == "phi3":
-            self.qkv = Linear(w.take(a + "qkv_proj.weight", (q_out + 2 * kv_out, h), dtype, True), None, linear_dtype)
-            gate_up = w.take(m + "gate_up_proj.weight", (2 * c.intermediate_size, h), dtype, True)
-            self.gate_up = Linear(gate_up, None, linear_dtype)
+            self.qkv = linear([("self_attn.qkv_proj", q_out + 2 * kv_out)], h, False)
+            self.gate_up = linear([("mlp.gate_up_proj", 2 * inner)], h, False)
         else:
-            sizes = {"q_proj": q_out, "k_proj": kv_out, "v_proj": kv_out}
-            qkv = [w.take(f"{a}{n}.weight", (out, h), dtype, transpose=True) for n, out in sizes.items()]
-            bias = [w.take(f"{a}{n}.bias", (out,), dtype) for n, out in sizes.items()] if c.attention_bias else None
-            self.qkv = Linear(np.concatenate(qkv, axis=1), None if bias is None else np.concatenate(bias), linear_dtype)
-            gu = [w.take(f"{m}{n}.weight", (c.intermediate_size, h), dtype, True) for n in ("gate_proj", "up_proj")]
-            gu_bias = (
-                [w.take(f"{m}{n}.bias", (c.intermediate_size,), dtype) for n in ("gate_proj", "up_proj")]
-                if c.mlp_bias
-                else None
-            )
-            gu_b = None if gu_bias is None else np.concatenate(gu_bias)
-            self.gate_up = Linear(np.concatenate(gu, axis=1), gu_b, linear_dtype)
-        o_bias = c.attention_bias and c.model_type != "qwen2"
-        self.o_proj = Linear(
-            w.take(a + "o_proj.weight", (h, q_out), dtype, True),
-            w.take(a + "o_proj.bias", (h,), dtype) if o_bias else None,
-        )
-        self.down = Linear(
-            w.take(m + "down_proj.weight", (h, c.intermediate_size), dtype, True),
-            w.take(m + "down_proj.bias", (h,), dtype) if c.mlp_bias and c.model_type != "phi3" else None,
-            linear_dtype,
-        )
+            qkv = [("self_attn.q_proj", q_out), ("self_attn.k_proj", kv_out), ("self_attn.v_proj", kv_out)]
+            self.qkv = linear(qkv, h, c.attention_bias)
+            self.gate_up = linear([("mlp.gate_proj", inner), ("mlp.up_proj", inner)], h, c.mlp_bias)
+        self.o_proj = linear([("self_attn.o_proj", h)], q_out, c.attention_bias and c.model_type != "qwen2")
+        self.down = linear([("mlp.down_proj", h)], inner, c.mlp_bias)
         if c.qk_norm:
-            self.q_norm = w.take(a + "q_norm.weight", (c.head_dim,), dtype)
-            self.k_norm = w.take(a + "k_norm.weight", (c.head_dim,), dtype)
+            self.q_norm = w.take(p + "self_attn.q_norm.weight", (c.head_dim,), dtype)
+            self.k_norm = w.take(p + "self_attn.k_norm.weight", (c.head_dim,), dtype)
         self.window = c.sliding_windows[i]
 
 
