@@ -181,12 +181,15 @@ def test_the_blocked_inverse_cdf_draws_what_a_dense_cumulative_sum_draws() -> No
 @pytest.mark.parametrize(
     "fields",
     [dict(temperature=1.0), dict(top_p=0.9), dict(top_k=50, temperature=0.8), dict(min_p=0.05),
-     dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.4, top_p=0.95)],
-    ids=["temperature", "top_p", "top_k", "min_p", "penalties"],
+     dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.4, top_p=0.95),
+     dict(min_tokens=5, top_p=0.9, logprobs=3)],
+    ids=["temperature", "top_p", "top_k", "min_p", "penalties", "min_tokens"],
 )  # fmt: skip
 def test_sample_draws_the_dense_float64_reference_token(fields: dict) -> None:
     vocab = 40_000
     logits = np.stack([_lm(vocab, 60, 20 + i) for i in range(6)])  # (6, V)
+    logits[:, 0] = logits.max() + 3.0  # EOS the likeliest: min_tokens must mask it
+    given = logits.copy()
     params = SamplingParams(**fields)
     history = [[5, 9, int(np.argmax(logits[i])), 7, 9] for i in range(6)]  # the penalties touch the likeliest
     rows = [Row(params, history[i], 2, np.random.default_rng(i)) for i in range(6)]
@@ -195,6 +198,8 @@ def test_sample_draws_the_dense_float64_reference_token(fields: dict) -> None:
     for i, result in enumerate(results):
         assert isinstance(result, Sampled)
         assert result.token_id == _dense_draw(reference[i], float(np.random.default_rng(i).random()))
+        assert result.token_id != 0 or not params.min_tokens
+    np.testing.assert_array_equal(logits, given)  # rows are read in place, never written
 
 
 def test_top_logprobs_beyond_the_kept_tokens_follow_a_stable_sort_of_the_dense_row() -> None:
