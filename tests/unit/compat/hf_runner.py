@@ -3,9 +3,10 @@
     python hf_runner.py JOBS.json
 
 Installs the alias as a worker of a torch-compat archive does (install_torch_compat, before transformers is
-imported), then for each job {name, folder, auto_class, inputs: {arg: file.npy}, generate: n | 0} loads the saved
-model with `AutoModel...from_pretrained(folder)`, runs a forward (and greedy `generate` when n > 0) and writes
-<folder>/out_<output>.npy; a job that fails writes <folder>/error.txt and the others still run.
+imported), then for each job {name, folder, auto_class, inputs: {arg: file.npy}, output, generate: n | 0} loads the
+saved model with `AutoModel...from_pretrained(folder)`, runs a forward (and greedy `generate` when n > 0) and writes
+the forward's `output` (default "logits") to <folder>/out_logits.npy and the tokens to out_tokens.npy; a job that
+fails writes <folder>/error.txt and the others still run.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def run(job: dict) -> None:
     inputs = {k: torch.from_numpy(np.load(folder / v)) for k, v in job["inputs"].items()}
     with torch.no_grad():
         out = model(**inputs)
-        np.save(folder / "out_logits.npy", out.logits.numpy())
+        np.save(folder / "out_logits.npy", getattr(out, job.get("output", "logits")).numpy())
         if job["generate"]:
             gen_inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
             tokens = model.generate(**gen_inputs, max_new_tokens=job["generate"], do_sample=False)

@@ -57,19 +57,37 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str, int]] = {
     "vit": ("ViTConfig", "AutoModelForImageClassification",
             {"image_size": 16, "patch_size": 4, "num_channels": 3, "hidden_size": 32, "num_hidden_layers": 2,
              "num_attention_heads": 4, "intermediate_size": 64, "num_labels": 3}, "image", 0),
+    "clip": ("CLIPConfig", "AutoModel",
+             {"text_config": {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                              "num_hidden_layers": 2, "vocab_size": 99, "max_position_embeddings": 16},
+              "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+                                "num_hidden_layers": 2, "image_size": 16, "patch_size": 4},
+              "projection_dim": 16}, "text+image", 0),
+    "whisper": ("WhisperConfig", "AutoModelForSpeechSeq2Seq",
+                {"d_model": 32, "vocab_size": 99, "num_mel_bins": 8, "max_source_positions": 8,
+                 "max_target_positions": 32, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 98,
+                 "decoder_start_token_id": 1, "begin_suppress_tokens": None, "suppress_tokens": None}
+                | SEQ2SEQ_HEADS, "audio", NEW_TOKENS),
+    "bert_mean_pooling": ("BertConfig", "AutoModel", SMALL, "text", 0),  # sentence embeddings: the hidden states
 }  # fmt: skip
+OUTPUTS = {"clip": "logits_per_image", "bert_mean_pooling": "last_hidden_state"}  # default: "logits"
 
 
 def _inputs(kind: str) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     if kind == "image":
         return {"pixel_values": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    if kind == "audio":  # (batch, mel bins, 2 * max_source_positions frames)
+        return {"input_features": rng.standard_normal((2, 8, 16)).astype(np.float32),
+                "decoder_input_ids": rng.integers(3, 90, (2, 3)).astype(np.int64)}  # fmt: skip
     ids = rng.integers(3, 90, (2, 7)).astype(np.int64)
     mask = np.ones_like(ids)
     mask[1, :2] = 0  # the second row left-padded, as batched generation pads
     inputs = {"input_ids": ids, "attention_mask": mask}
     if kind == "seq2seq":
         inputs["decoder_input_ids"] = rng.integers(3, 90, (2, 3)).astype(np.int64)
+    if kind == "text+image":
+        inputs["pixel_values"] = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)
     return inputs
 
 
@@ -88,12 +106,13 @@ def _build(root: Path, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]
         np.save(folder / f"{key}.npy", value)
     tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
     with torch.no_grad():
-        expected = {"logits": model(**tensors).logits.numpy()}
+        expected = {"logits": getattr(model(**tensors), OUTPUTS.get(name, "logits")).numpy()}
         if new_tokens:
             prompt = {k: v for k, v in tensors.items() if not k.startswith("decoder_")}
             expected["tokens"] = model.generate(**prompt, max_new_tokens=new_tokens, do_sample=False).numpy()
     job = {"name": name, "folder": str(folder), "auto_class": auto_class,
-           "inputs": {k: f"{k}.npy" for k in inputs}, "generate": new_tokens}  # fmt: skip
+           "inputs": {k: f"{k}.npy" for k in inputs}, "generate": new_tokens,
+           "output": OUTPUTS.get(name, "logits")}  # fmt: skip
     return job, expected
 
 
