@@ -244,6 +244,8 @@ def _top_p(v: np.ndarray, p: SamplingParams) -> np.ndarray | None:
             pos, cand = top, values
             break
         sure, sure_mass, size = float(values.min()), mass, size * GROWTH
+        if mass * GROWTH < top_p:  # GROWTH x as many tokens, none likelier than these, cannot hold top_p either
+            break
     band = np.compress(cand < sure, cand)  # (b,) values; the cut is among them
     while len(band) > SORT_BAND:
         before = len(band)
