@@ -68,15 +68,16 @@ def _model_dir(root: Path) -> Path:
 
 
 def test_a_worker_resolves_torch_to_serve_in_initialize_and_at_request_time(tmp_path):
-    worker = subprocess.Popen(
-        [sys.executable, "-P", "-m", "serve.worker.process", "--model-dir", str(_model_dir(tmp_path))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path),
-    )  # fmt: skip
+    log = tmp_path / "worker.log"  # a file, not a pipe: the log can never block the worker on a full pipe
+    with log.open("wb") as stderr:
+        worker = subprocess.Popen(
+            [sys.executable, "-P", "-m", "serve.worker.process", "--model-dir", str(_model_dir(tmp_path))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=str(tmp_path),
+        )  # fmt: skip
     try:
         assert worker.stdin is not None and worker.stdout is not None
         ready = read_message_sync(worker.stdout, 1 << 20)
-        assert ready is not None, worker.stderr.read().decode() if worker.stderr else ""
-        assert ready[0]["type"] == "ready", ready[0]
+        assert ready is not None and ready[0]["type"] == "ready", (ready, log.read_text()[-3000:])
         write_message_sync(worker.stdin, *encode_batch(1, "predict", [InferenceRequest("r", {"body": b"x"})]))
         worker.stdin.flush()
         result = read_message_sync(worker.stdout, 1 << 20)
@@ -85,7 +86,11 @@ def test_a_worker_resolves_torch_to_serve_in_initialize_and_at_request_time(tmp_
     finally:
         if worker.stdin is not None:
             worker.stdin.close()
-        worker.wait(WORKER_S)
+        try:
+            worker.wait(WORKER_S)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
     assert answer["initialize_torch"].startswith("serve.")
     assert "/serve/" in answer["request_torch"], answer["request_torch"]
     assert answer["spec_name"] == "torch" and answer["has_spec"]
