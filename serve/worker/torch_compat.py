@@ -6,9 +6,12 @@ or `--no-torch-compat`) or model-config `torchCompat: true|false` wins over the 
 imported (`with torch_compat(): ...`), these names resolve to serve:
 
     torch                      -> serve (Tensor, tensor, zeros, cat, no_grad, float32, load, diff, meshgrid, ...)
-                                  plus the thin names of serve.compat.torch (_assert, jit, fx, _C, hub, utils)
+                                  plus the thin names of serve.compat.torch (_assert, jit, fx, _C, hub, utils,
+                                  compiler, library, LongTensor, UntypedStorage, ...)
     torch.nn, torch.nn.functional, torch.nn.init, torch.nn.parameter, torch.nn.modules, torch.nn.utils,
-    torch.autograd, torch.autograd.function, torch.cuda -> the serve modules of the same names (ALIASES)
+    torch.autograd, torch.autograd.function, torch.cuda -> the serve modules of the same names (ALIASES), plus
+                                  the names of serve.compat.torch's module of that name where there is one
+                                  (torch.nn.init.sparse_, torch.nn.Conv3d, torch.cuda.CUDAGraph, ...)
     torch.X.Y (any other)      -> serve's module of that name under an alias (torch.nn.modules.conv ->
                                   serve.nn.modules.conv), else serve.compat.torch.X.Y (torch.jit, torch.fx,
                                   torch.utils.data, torch.hub, torch.nn.modules.utils, ...)

@@ -15,6 +15,21 @@ serve's own runtime names) and maps `torch.X` imports to `serve.compat.torch.X`:
     torch.hub                        get_dir, load_state_dict_from_url (the local cache only, never the network)
     torch.version                    __version__ (also torch.__version__: the torch API followed), cuda/hip None
 
+What Hugging Face transformers 5.x touches at import and build (tests/unit/compat/test_transformers_families.py):
+
+    torch.LongTensor, FloatTensor, ...   tensor_types.py: isinstance by dtype, constructors from data or sizes
+    torch.float8_e4m3fn, uint16, ...     tensor_types.py: dtypes for the tables libraries build
+    torch.contiguous_format, get_default_device   tensor_types.py
+    torch.UntypedStorage                 storage.py: safetensors' memory-mapped loading path
+    torch.compiler, torch._dynamo        eager: never compiling, decorators return the function
+    torch.library                        custom_op / register_fake / register_autograd: the Python function runs
+    torch.utils._pytree, utils.hooks     flatten/unflatten with registered nodes; RemovableHandle
+    torch.nn.attention(.flex_attention)  sdpa_kernel a no-op; flex attention importable, raises when called
+    torch.distributed, accelerator, xpu, backends.mps   not available (is_available() False)
+    torch.cuda.CUDAGraph, Stream, ...    cuda.py: never capturing; making one raises
+    torch.autograd.graph.save_on_cpu, torch.profiler, torch.distributions.constraints, torch._subclasses
+    torch.nn.init.sparse_, torch.nn.Conv3d (raises), torch.nn.modules.module
+
 Decision: these are small shims, not implementations. Serving needs no graph capture, TorchScript or
 checkpointed recomputation, so the decorators and checks keep a model file's eager code path, which is the one
 serve runs; anything that would need the feature itself raises an error naming it and the alternative.
