@@ -236,7 +236,7 @@ def _top_p(v: np.ndarray, p: SamplingParams) -> np.ndarray | None:
     sure, sure_mass = np.inf, 0.0  # the tokens at least this likely are kept; their normalized mass
     pos: np.ndarray | None = None  # the candidates' positions (None: all), and their values
     cand = probs
-    while size < n and (n < PRUNE_MIN or size * PRUNE_STRIDE * 4 <= n):  # while the k-th largest is cheap
+    while n > SORT_BAND and size < n and (n < PRUNE_MIN or size * PRUNE_STRIDE * 4 <= n):  # a short row: sorted
         top = _top_positions(probs, size)
         values = probs[top]
         mass = float(values.sum(dtype=np.float64)) / total
@@ -293,6 +293,9 @@ def _draw(vals: np.ndarray, u: float) -> int:
     cumulative sum inside the chosen block)."""
     w = vals - vals.max()  # (n,)
     np.exp(w, out=w)  # unnormalized probabilities
+    if len(w) <= DRAW_BLOCK:  # one block: its cumulative sum directly
+        cdf = np.cumsum(w.astype(np.float64))
+        return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), int(np.flatnonzero(w)[-1]))
     starts = np.arange(0, len(w), DRAW_BLOCK)
     cum = np.cumsum(np.add.reduceat(w, starts, dtype=np.float64))  # (blocks,)
     target = u * cum[-1]

@@ -152,6 +152,7 @@ def test_top_p_sorting_only_the_likeliest_candidates_keeps_transformers_tokens(
     torch = pytest.importorskip("torch")
     lp = pytest.importorskip("transformers.generation.logits_process")
     monkeypatch.setattr(sampler_module, "TOP_P_CANDIDATES", 8)  # 8 first, then 64, 512: every branch runs
+    monkeypatch.setattr(sampler_module, "SORT_BAND", 8)  # (a row of at most SORT_BAND is sorted whole)
     logits = np.random.default_rng(9).normal(0, scale, (6, 700)).astype(np.float32)
     ours = process_logits(logits, [Row(SamplingParams(top_p=top_p)) for _ in range(6)], EOS)
     theirs = lp.TopPLogitsWarper(top_p)(None, torch.from_numpy(logits.astype(np.float64))).numpy()
