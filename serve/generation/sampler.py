@@ -37,7 +37,8 @@ Speed (a decode step of a small model at batch 16 takes a few ms; the sampler mu
   Ties at top_p's cut drop the lowest token ids first, as a stable ascending sort does (transformers' torch.sort
   does so on short rows; on long ones it orders a block of ties its own way: the same number dropped, other ids).
   min_p: a threshold on the max in logit space (with a margin) finds the candidates, the exact probability test
-  runs on those. Penalties touch only the tokens the sequence has seen.
+  runs on those. Penalties touch only the tokens the sequence has seen. A short row (<= SORT_BAND tokens for
+  top_p, <= DRAW_BLOCK for the draw) skips the selection machinery: a sort or one cumulative sum is cheaper there.
 - A greedy row without logprobs is the argmax after the penalties and min_tokens: top_k/top_p/min_p always keep
   the most likely token (where top_p would drop one of several tied maxima, the first by token id wins).
 - After the warpers a row is a candidate set (token ids ascending, their scores) or the whole vocabulary; the draw
