@@ -167,6 +167,7 @@ from serve.tensor.reduce_ops import (
     var,
     var_mean,
 )
+from serve.tensor.repeat_gather import repeat_interleave, take_along_dim
 from serve.tensor.sampling import multinomial
 from serve.tensor.scaled_products import addmm, baddbmm
 from serve.tensor.shape_ops import (

@@ -211,12 +211,13 @@ def cumsum(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
     return _make(input._ops.cumsum(input._data, axis, dtype.np), dtype, input._device, input._ops)
 
 
-def all(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _logical_reduce(input, input._ops.all, dim, keepdim)
+def all(input: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """`axis`/`keepdims`: numpy's spellings, which torch accepts too (transformers' beam search uses them)."""
+    return _logical_reduce(input, input._ops.all, dim if axis is None else axis, keepdim or keepdims)
 
 
-def any(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
-    return _logical_reduce(input, input._ops.any, dim, keepdim)
+def any(input: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: bool = False) -> Tensor:
+    return _logical_reduce(input, input._ops.any, dim if axis is None else axis, keepdim or keepdims)
 
 
 def _logical_reduce(input: Tensor, func: Any, dim: Any, keepdim: bool) -> Tensor:

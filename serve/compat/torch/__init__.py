@@ -22,6 +22,7 @@ What Hugging Face transformers 5.x touches at import and build (tests/unit/compa
     torch.contiguous_format, get_default_device   tensor_types.py
     torch.UntypedStorage                 storage.py: safetensors' memory-mapped loading path
     torch.compiler, torch._dynamo        eager: never compiling, decorators return the function
+    torch.autocast, torch.amp            never enabled: the model runs in its weights' dtype
     torch.library                        custom_op / register_fake / register_autograd: the Python function runs
     torch.utils._pytree, utils.hooks     flatten/unflatten with registered nodes; RemovableHandle
     torch.nn.attention(.flex_attention)  sdpa_kernel a no-op; flex attention importable, raises when called
@@ -44,6 +45,7 @@ from serve.compat.torch import (
     _dynamo,
     _subclasses,
     accelerator,
+    amp,
     compiler,
     distributed,
     distributions,
@@ -56,6 +58,7 @@ from serve.compat.torch import (
     version,
     xpu,
 )
+from serve.compat.torch.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from serve.compat.torch.asserts import _assert
 from serve.compat.torch.storage import ByteStorage, TypedStorage, UntypedStorage
 from serve.compat.torch.tensor_types import (
@@ -102,6 +105,8 @@ __all__ = [
     "_dynamo",
     "_subclasses",
     "accelerator",
+    "amp",
+    "autocast",
     "channels_last",
     "compiler",
     "contiguous_format",
@@ -111,9 +116,11 @@ __all__ = [
     "float8_e4m3fn",
     "float8_e5m2",
     "fx",
+    "get_autocast_dtype",
     "get_default_device",
     "hub",
     "inf",
+    "is_autocast_enabled",
     "jit",
     "library",
     "memory_format",

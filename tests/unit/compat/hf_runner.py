@@ -3,10 +3,11 @@
     python hf_runner.py JOBS.json
 
 Installs the alias as a worker of a torch-compat archive does (install_torch_compat, before transformers is
-imported), then for each job {name, folder, auto_class, inputs: {arg: file.npy}, output, generate: n | 0} loads the
-saved model with `AutoModel...from_pretrained(folder)`, runs a forward (and greedy `generate` when n > 0) and writes
-the forward's `output` (default "logits") to <folder>/out_logits.npy and the tokens to out_tokens.npy; a job that
-fails writes <folder>/error.txt and the others still run.
+imported), then for each job {name, folder, auto_class, inputs: {arg: file.npy}, output, generate: n | 0,
+num_beams} loads the saved model with `AutoModel...from_pretrained(folder)`, runs a forward (and `generate` when
+n > 0: greedy, or beam search returning every beam) and writes the forward's `output` (default "logits") to
+<folder>/out_logits.npy and the tokens to out_tokens.npy; a job that fails writes <folder>/error.txt and the others
+still run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def run(job: dict) -> None:
         np.save(folder / "out_logits.npy", getattr(out, job.get("output", "logits")).numpy())
         if job["generate"]:
             gen_inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
-            tokens = model.generate(**gen_inputs, max_new_tokens=job["generate"], do_sample=False)
+            beams = job.get("num_beams", 1)
+            tokens = model.generate(**gen_inputs, max_new_tokens=job["generate"], do_sample=False, num_beams=beams,
+                                    num_return_sequences=beams)  # fmt: skip
             np.save(folder / "out_tokens.npy", tokens.numpy())
 
 

@@ -70,7 +70,9 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str, int]] = {
                 | SEQ2SEQ_HEADS, "audio", NEW_TOKENS),
     "bert_mean_pooling": ("BertConfig", "AutoModel", SMALL, "text", 0),  # sentence embeddings: the hidden states
 }  # fmt: skip
+FAMILIES["gpt2_beam_search"] = FAMILIES["gpt2"]  # generate(num_beams=2, num_return_sequences=2)
 OUTPUTS = {"clip": "logits_per_image", "bert_mean_pooling": "last_hidden_state"}  # default: "logits"
+BEAMS = {"gpt2_beam_search": 2}
 
 
 def _inputs(kind: str) -> dict[str, np.ndarray]:
@@ -109,10 +111,12 @@ def _build(root: Path, name: str) -> tuple[dict[str, Any], dict[str, np.ndarray]
         expected = {"logits": getattr(model(**tensors), OUTPUTS.get(name, "logits")).numpy()}
         if new_tokens:
             prompt = {k: v for k, v in tensors.items() if not k.startswith("decoder_")}
-            expected["tokens"] = model.generate(**prompt, max_new_tokens=new_tokens, do_sample=False).numpy()
+            beams = BEAMS.get(name, 1)
+            expected["tokens"] = model.generate(**prompt, max_new_tokens=new_tokens, do_sample=False, num_beams=beams,
+                                                num_return_sequences=beams).numpy()  # fmt: skip
     job = {"name": name, "folder": str(folder), "auto_class": auto_class,
            "inputs": {k: f"{k}.npy" for k in inputs}, "generate": new_tokens,
-           "output": OUTPUTS.get(name, "logits")}  # fmt: skip
+           "output": OUTPUTS.get(name, "logits"), "num_beams": BEAMS.get(name, 1)}  # fmt: skip
     return job, expected
 
 

@@ -91,3 +91,45 @@ def test_the_meta_device_is_a_cpu_tensor_under_that_name():
     assert (t + 1).sum().item() == 6.0  # it computes on the CPU
     with pytest.raises(RuntimeError, match="build the model on the CPU"), serve.device("cuda"):
         pass
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda lib, x: lib.repeat_interleave(x, 2, dim=0), lambda lib, x: x.repeat_interleave(3, dim=-1),
+     lambda lib, x: lib.repeat_interleave(x, 2), lambda lib, x: lib.repeat_interleave(x, lib.tensor(2), dim=1)],
+)  # fmt: skip
+def test_repeat_interleave_matches_torch(fn):
+    check_op([(2, 3)], fn)
+
+
+@needs_torch
+def test_repeat_interleave_with_counts_matches_torch():
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    counts = np.array([2, 0, 1], np.int64)
+    ours = serve.repeat_interleave(serve.from_numpy(x), serve.from_numpy(counts), dim=0)
+    ref = torch.repeat_interleave(torch.from_numpy(x), torch.from_numpy(counts), dim=0)
+    np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    np.testing.assert_array_equal(serve.repeat_interleave(serve.from_numpy(counts)).numpy(),
+                                  torch.repeat_interleave(torch.from_numpy(counts)).numpy())  # fmt: skip
+
+
+@needs_torch
+def test_take_along_dim_matches_torch():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    idx = rng.integers(0, 5, (4, 2)).astype(np.int64)
+    col = rng.integers(0, 4, (1, 5)).astype(np.int64)  # broadcast along dim 0's partner
+    for i, dim in ((idx, 1), (col, 0), (idx, None)):
+        ours = serve.take_along_dim(serve.from_numpy(x), serve.from_numpy(i), dim)
+        ref = torch.take_along_dim(torch.from_numpy(x), torch.from_numpy(i), dim)
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy())
+    check_op([(4, 5)], lambda lib, t: lib.take_along_dim(t, lib.from_numpy(idx), 1))  # the gradient too
+
+
+@needs_torch
+def test_all_and_any_take_numpys_axis_and_keepdims_like_torch():
+    x = np.array([[True, False, True], [True, True, True]])
+    for op in ("all", "any"):
+        ours = getattr(serve, op)(serve.from_numpy(x), axis=-1, keepdims=True)
+        ref = getattr(torch, op)(torch.from_numpy(x), axis=-1, keepdims=True)
+        np.testing.assert_array_equal(ours.numpy(), ref.numpy())
