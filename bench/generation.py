@@ -253,8 +253,11 @@ def bench_model(family: str, args: argparse.Namespace) -> dict[str, Any]:
         result["serve"] = serve_levels(server, family, args.concurrency, args.rounds, vocab, args.prompt, args.new,
                                        args.min_requests)  # fmt: skip
         result["worker_peak_rss"] = descendants_peak_rss(server.proc.pid)
-        if not args.skip_loadgen:
+        if not args.skip_loadgen:  # our client's c16 right before it: the same minute of the machine
+            ours = asyncio.run(run_level(server.ports["inference"], family, prompts(32, args.prompt, vocab, seed=5), 16,
+                                         args.new))  # fmt: skip
             result["loadgen"] = loadgen(server, family, folder, args.prompt, args.new, 16)
+            result["loadgen"]["ours_before"] = ours.summary()
     finally:
         server.stop()
     if not args.skip_kv:
@@ -288,21 +291,31 @@ def main() -> None:
     p.add_argument("--skip-kv", action="store_true")
     p.add_argument("--skip-loadgen", action="store_true")
     p.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
+    p.add_argument("--from-json", action="store_true", help="only re-render the saved runs of --model")
     args = p.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    cpu += " (" + ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags) + ")"
     header = {"cpu": cpu, "cpus": os.cpu_count(), "load_start": os.getloadavg()[0], "python": platform.python_version(),
               "date": time.strftime("%Y-%m-%d"), "argv": " ".join(sys.argv[1:]), "threads": args.threads,
               "prompt": args.prompt, "new": args.new}  # fmt: skip
     results = []
-    for family in args.model:
-        results.append(bench_model(family, args))
-        (OUT / f"{family}.json").write_text(json.dumps(results[-1], indent=1))
-    header["load_end"] = os.getloadavg()[0]
+    if args.from_json:  # re-render saved runs (bench/out/generation/MODEL.json) with this report code
+        saved = [json.loads((OUT / f"{family}.json").read_text()) for family in args.model]
+        header, results = saved[0]["header"], saved
+    else:
+        for family in args.model:
+            results.append(bench_model(family, args))
+            header["load_end"] = os.getloadavg()[0]
+            (OUT / f"{family}.json").write_text(json.dumps({**results[-1], "header": header}, indent=1))
+    for r in results:
+        r["targets"] = targets(r)
     text = render(header, results)
     print(text)
     if args.write:
-        write_results(text)
+        write_results(text, "+".join(args.model))
 
 
 if __name__ == "__main__":
