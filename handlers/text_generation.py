@@ -30,7 +30,8 @@ Model-config (`handler:` section; vLLM's names), each optional:
     block_size: 16
     enable_prefix_caching: true
     max_waiting: 1024            # queued requests beyond the running ones
-    dtype: float32
+    dtype: auto                  # the checkpoint's dtype where the CPU runs it (bfloat16 needs AVX512-BF16);
+                                 # or float32, or bfloat16
 
 Metrics: vLLM's, prefixed `serve:` and labelled `model_name`, recorded per request as it finishes and from the
 engine's stats at least every second while it delivers outputs (handlers/generation_metrics.py; the names and their
@@ -82,7 +83,7 @@ class TextGenerationHandler(BaseHandler):
                     engine.max_model_len, engine.stats()["num_blocks"], config.block_size)  # fmt: skip
 
     def load_model(self, context: Context) -> Any:
-        return load_pretrained(self.model_dir, dtype=str(self.handler_config.get("dtype", "float32")))
+        return load_pretrained(self.model_dir, dtype=str(self.handler_config.get("dtype", "auto")))
 
     def convert_model(self, model: Any) -> Any:
         return model  # the decoder loads in its dtype (model-config handler.dtype)

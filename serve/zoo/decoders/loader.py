@@ -7,12 +7,16 @@ Decisions, and why:
   kernel: half the bytes a decode step streams). Activations, norms, the KV cache and the logits stay float32
   either way, so the engine sizes its cache the same. bfloat16 on a CPU without AVX512-BF16 is refused at load,
   so a model-config asking for it fails at registration, not mid-generation.
+- "auto" (vLLM's word) is the checkpoint's own dtype where this CPU runs it: a bfloat16 checkpoint (most of those
+  published) gets bfloat16 products on a CPU with AVX512-BF16, anything else float32. So a float32 checkpoint is
+  served exactly (logits within 1e-4 of torch) and a bfloat16 one at the speed its author chose.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from serve.backend import cpu_native
 from serve.zoo.decoders.config import read_config
 from serve.zoo.decoders.gpt2 import GPT2Decoder
 from serve.zoo.decoders.llama import LlamaDecoder
@@ -21,7 +25,7 @@ from serve.zoo.decoders.weights import read_weights
 
 __all__ = ["load_pretrained"]
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 def load_pretrained(folder: str | Path, dtype: str = "float32") -> Decoder:
@@ -32,7 +36,14 @@ def load_pretrained(folder: str | Path, dtype: str = "float32") -> Decoder:
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory (expected a Hugging Face model folder)")
     config = read_config(path)
+    if dtype == "auto":
+        dtype = auto_dtype(config.dtype)
     weights = read_weights(path)
     if config.model_type == "gpt2":
         return GPT2Decoder(config, weights, dtype)
     return LlamaDecoder(config, weights, dtype)
+
+
+def auto_dtype(checkpoint_dtype: str) -> str:
+    """The products' dtype for a checkpoint stored in `checkpoint_dtype` (module docstring: "auto")."""
+    return "bfloat16" if checkpoint_dtype == "bfloat16" and cpu_native.bf16_available() else "float32"

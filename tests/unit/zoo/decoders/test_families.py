@@ -101,3 +101,14 @@ def test_a_sequence_without_new_rows_beside_one_with_two(tmp_path: Path) -> None
     runner.step([(a, 3), (b, 3)])
     logits = runner.step([(a, 2), (b, 0)], all_logits=True)
     assert_close(logits, reference_logits(model, a.tokens)[3:5])
+
+
+def test_auto_dtype_is_the_checkpoints_where_the_cpu_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from serve.backend import cpu_native
+    from serve.zoo.decoders.loader import auto_dtype
+
+    monkeypatch.setattr(cpu_native, "bf16_available", lambda: True)
+    assert (auto_dtype("bfloat16"), auto_dtype("float32"), auto_dtype("float16")) == ("bfloat16", "float32",
+                                                                                        "float32")  # fmt: skip
+    monkeypatch.setattr(cpu_native, "bf16_available", lambda: False)
+    assert auto_dtype("bfloat16") == "float32"
