@@ -71,7 +71,7 @@ async def _events(chunks: AsyncIterator[Chunk], head: dict[str, Any],
             delta = {"content": chunk.text} if chunk.text else {}
             choice = {"index": chunk.index, "delta": delta, "logprobs": _logprobs(chunk, request),
                       "finish_reason": chunk.finish_reason}  # fmt: skip
-            yield {**head, "choices": [choice], **extra}
+            yield {**head, "choices": [choice], **({"usage": usage.body()} if request.continuous_usage() else extra)}
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
     if extra:

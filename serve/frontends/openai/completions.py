@@ -3,7 +3,8 @@
 One wire request per (prompt, choice): prompt p's choice i has index p * n + i, as OpenAI and vLLM number them.
 With `echo`, the model sends the prompt's text in its first chunk (`prompt_text`), which opens the choice's text.
 Streamed, each chunk of the model is one event with that one choice; with `stream_options.include_usage` every
-event carries `"usage": null` and a last event `{"choices": [], "usage": {...}}` follows (OpenAI's framing).
+event carries `"usage": null` and a last event `{"choices": [], "usage": {...}}` follows (OpenAI's framing); with
+vLLM's `continuous_usage_stats` too, each event carries the usage so far instead of null (what guidellm asks for).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ async def _events(chunks: AsyncIterator[Chunk], head: dict[str, Any],
             if not text and not chunk.finish_reason and not chunk.logprobs:
                 continue  # nothing to tell (a token the detokenizer holds back)
             choice = {"index": chunk.index, "text": text, "logprobs": shaped, "finish_reason": chunk.finish_reason}
-            yield {**head, "choices": [choice], **extra}
+            yield {**head, "choices": [choice], **({"usage": usage.body()} if request.continuous_usage() else extra)}
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
     if include_usage:

@@ -76,6 +76,7 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries the usage so far
 
 
 class Sampling(Request):
@@ -107,6 +108,10 @@ class Sampling(Request):
 
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    def continuous_usage(self) -> bool:
+        """Every chunk carries the usage so far (vLLM's `continuous_usage_stats`, only with include_usage)."""
+        return self.include_usage() and self.stream_options is not None and self.stream_options.continuous_usage_stats
 
     def sampling(self) -> dict[str, Any]:
         """The wire's `sampling` object: the fields the client set, in the engine's names (gen_contract.md)."""

@@ -136,6 +136,28 @@ def test_streamed_completion_is_sse_byte_for_byte_with_include_usage(tmp_path):
     run(check, tmp_path)
 
 
+def test_continuous_usage_stats_puts_the_usage_so_far_on_every_event(tmp_path):
+    """vLLM's stream_options.continuous_usage_stats (guidellm sends it), on both routes."""
+
+    async def check(s: Server) -> None:
+        GenModel(s.registry, [chunk("Hel", [1], done=1), chunk("lo", [2], "stop", done=2)])
+        options = {"include_usage": True, "continuous_usage_stats": True}
+        for path, source in (("/v1/completions", {"prompt": "hi"}),
+                             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):  # fmt: skip
+            body = {"model": "mnist", **source, "stream": True, "stream_options": options}
+            got = events((await s.inference.post(path, json=body)).content)
+            with_text = [e for e in got[:-1] if e["choices"] and _text(e["choices"][0])]
+            assert with_text[0]["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}, path
+            assert got[-2] == {**got[-2], "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                                                   "total_tokens": 5}}  # fmt: skip
+
+    run(check, tmp_path)
+
+
+def _text(choice: dict[str, Any]) -> str:
+    return choice.get("text") or choice.get("delta", {}).get("content") or ""
+
+
 def test_streamed_chat_opens_with_the_role_then_content_deltas(tmp_path):
     async def check(s: Server) -> None:
         GenModel(s.registry, [chunk("Hi", [1], done=1), chunk("", [2], "stop", done=2)])
