@@ -10,7 +10,8 @@
     tensor            `.npy` bytes or a JSON nested list -> the model's output as JSON or `.npy` (Accept header)
 
 Settings come from the model-config YAML's `handler:` section (`BaseHandler.handler_config`). Other modules
-here (vision_handler, transforms, text_input, text_vocab, shape_groups) are building blocks, not handlers.
+here (vision_handler, transforms, text_input, text_vocab, shape_groups, generation_metrics) are building blocks,
+not handlers.
 """
 
 from serve.archive import BUILTIN_HANDLERS  # the one list: model-archiver does not copy these

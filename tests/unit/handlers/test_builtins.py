@@ -21,6 +21,6 @@ def test_builtin_name_resolves_to_a_handler(name: str, tmp_path: Path) -> None:
 def test_every_handler_module_is_listed() -> None:
     package = Path(__file__).resolve().parents[3] / "handlers"
     building_blocks = {"__init__", "transforms", "vision_handler", "text_input", "text_vocab", "explanations",
-                       "insights", "shape_groups"}  # fmt: skip
+                       "insights", "shape_groups", "generation_metrics"}  # fmt: skip
     modules = {p.stem for p in package.glob("*.py")} - building_blocks
     assert modules == set(BUILTIN_HANDLERS)
