@@ -274,6 +274,38 @@ def test_an_error_emitted_for_one_request_is_its_4xx_while_its_neighbours_finish
     assert [c["i"] for c in out["ga"]] == list(range(5))
 
 
+def test_stream_predictions2_answers_each_request_in_order_with_errors_in_band(server: ServerProcess) -> None:
+    """TorchServe's bidirectional rpc: a send_intermediate_predict_response handler's chunks, then a continuous
+    handler's error (in band, the call goes on), then its stream, on one call."""
+    acks: Path = server.acks  # type: ignore[attr-defined]
+    toks = [json.dumps(body).encode() for body in ({"fail": True}, {"name": "b", "n": 3})]
+    sent = [ipb.PredictionsRequest(model_name="tsstream", input={"data": b"bidi"}, sequence_id="s"),
+            *(ipb.PredictionsRequest(model_name="toks", input={"data": data}) for data in toks)]  # fmt: skip
+    got = []
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        stub = ipb_grpc.InferenceAPIsServiceStub(channel)
+        for message in stub.StreamPredictions2(iter(sent), timeout=TIMEOUT):
+            if len(got) < 3:
+                (acks / f"bidi.{len(got)}").touch()
+            got.append(message)
+    assert [m.prediction for m in got[:4]] == [b"part0;", b"part1;", b"part2;", b"last"]
+    assert {m.sequence_id for m in got[:4]} == {"s"}
+    assert got[4].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and got[4].prediction == b""
+    assert "this request asked to fail" in got[4].status.message
+    assert [json.loads(m.prediction)["i"] for m in got[5:]] == [0, 1, 2]
+
+
+def test_a_grpc_client_that_cancels_stream_predictions2_cancels_its_request(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        stub = ipb_grpc.InferenceAPIsServiceStub(channel)
+        body = json.dumps({"name": "gone-bidi", "n": 100000}).encode()
+        call = stub.StreamPredictions2(iter([ipb.PredictionsRequest(model_name="toks", input={"data": body})]),
+                                       timeout=TIMEOUT)  # fmt: skip
+        next(call)  # answered after the client's half-close: the half-close waits for the answer
+        call.cancel()
+    assert _cancelled(server, "gone-bidi")
+
+
 def test_continuous_batching_is_accepted_only_for_a_continuous_handler(server: ServerProcess) -> None:
     described = httpx.get(f"{server.management}/models/toks", timeout=TIMEOUT).json()[0]
     assert described["continuousBatching"] is True

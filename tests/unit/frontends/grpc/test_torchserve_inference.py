@@ -1,4 +1,5 @@
-"""TorchServe's InferenceAPIsService over a real grpc.aio server: Ping, Predictions, StreamPredictions, errors."""
+"""TorchServe's InferenceAPIsService over a real grpc.aio server: Ping, Predictions, StreamPredictions, errors
+(StreamPredictions2: test_stream_predictions2.py)."""
 
 from __future__ import annotations
 
@@ -154,13 +155,3 @@ def test_a_stream_that_breaks_ends_with_the_error_status(tmp_path: Path) -> None
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
     run(test, tmp_path, registry)
-
-
-def test_stream_predictions2_is_unimplemented(tmp_path: Path) -> None:
-    async def test(env: Env) -> None:
-        call = stub(env).StreamPredictions2(iter([pb.PredictionsRequest(model_name="mnist")]))
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            _ = [m async for m in call]
-        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-    run(test, tmp_path)
