@@ -10,6 +10,8 @@ prefill of one prompt), then serve: the folder archived with `--handler text_gen
 (bench/serve_process.py), streaming /v1/completions at each concurrency (bench/generation_client.py), `--rounds`
 times, medians; then a KV-cache run (a budget too small for the sequences at once: every request must still
 finish) and, when installed under bench/out/loadgen, guidellm at concurrency 16 against the same server.
+When a llama.cpp build is present (bench/llamacpp_build.sh, or --llamacpp PATH; --skip-llamacpp skips it),
+llama-server runs beside the same server on the same load, in paired rounds (bench/generation_llamacpp.py).
 
 Threads: 2 for everyone. The references call torch.set_num_threads(2) under OMP/OPENBLAS/MKL_NUM_THREADS=2; serve's
 worker gets TorchServe's model-config key `torchrun: {OMP_NUMBER_THREADS: 2}`, which the server turns into those
@@ -42,6 +44,8 @@ OUT = BENCH / "out" / "generation"
 sys.path.insert(0, str(BENCH))
 
 from generation_client import run_level  # noqa: E402
+from generation_llamacpp import find_build, paired_rounds  # noqa: E402
+from generation_llamacpp import section as render_llamacpp  # noqa: E402
 from generation_models import SIZES, archive, total_params, weight_bytes_per_token  # noqa: E402
 from generation_report import bandwidth_bound, render, targets, write_results  # noqa: E402
 from generation_torch import prompts  # noqa: E402
@@ -253,6 +257,11 @@ def bench_model(family: str, args: argparse.Namespace) -> dict[str, Any]:
         result["serve"] = serve_levels(server, family, args.concurrency, args.rounds, vocab, args.prompt, args.new,
                                        args.min_requests)  # fmt: skip
         result["worker_peak_rss"] = descendants_peak_rss(server.proc.pid)
+        if args.llamacpp_build:
+            result["llamacpp"] = paired_rounds(args.llamacpp_build, folder, family, server.ports["inference"],
+                                               [c for c in args.concurrency if c <= 16], args.llamacpp_rounds, vocab,
+                                               args.prompt, args.new, args.min_requests, args.threads,
+                                               args.llamacpp_weights, OUT / "llamacpp")  # fmt: skip
         if not args.skip_loadgen:  # our client's c16 right before it: the same minute of the machine
             ours = asyncio.run(run_level(server.ports["inference"], family, prompts(32, args.prompt, vocab, seed=5), 16,
                                          args.new))  # fmt: skip
@@ -290,9 +299,14 @@ def main() -> None:
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--skip-kv", action="store_true")
     p.add_argument("--skip-loadgen", action="store_true")
+    p.add_argument("--llamacpp", type=Path, help="the llama.cpp build (default: bench/out/llamacpp when built)")
+    p.add_argument("--skip-llamacpp", action="store_true")
+    p.add_argument("--llamacpp-weights", nargs="+", choices=["f32", "bf16", "q8_0"], default=["f32", "bf16", "q8_0"])
+    p.add_argument("--llamacpp-rounds", type=int, default=3, help="paired rounds (serve, then llama.cpp)")
     p.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     p.add_argument("--from-json", action="store_true", help="only re-render the saved runs of --model")
     args = p.parse_args()
+    args.llamacpp_build = None if args.skip_llamacpp or args.from_json else find_build(args.llamacpp)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
     flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -313,6 +327,7 @@ def main() -> None:
     for r in results:
         r["targets"] = targets(r)
     text = render(header, results)
+    text += "".join(render_llamacpp(r) for r in results if "llamacpp" in r)
     print(text)
     if args.write:
         write_results(text, "+".join(args.model))
