@@ -16,9 +16,11 @@ building tensors with `torch.*`) works as written. A subclass whose `__init__` d
 
 What TorchServe does through torch and serve cannot raises a RuntimeError at initialize (the model then fails to
 load with that message; no request ever sees a 500): a TorchScript archive (a `.pt` serialized file and no
-model file), an ONNX or TensorRT session (`.onnx`), a torch.export AOT library (`.so`), `torch.compile`
-(model-config `pt2`), IPEX (`TS_IPEX_ENABLE=true`, TorchServe's switch), the torch profiler
-(`ENABLE_TORCH_PROFILER`). Each message names the feature and what to do instead.
+model file), an ONNX or TensorRT session (`.onnx`), a torch.export AOT library (`.so`, or model-config
+`pt2: {export: {aot_compile: true}}`), IPEX (`TS_IPEX_ENABLE=true`, TorchServe's switch), the torch profiler
+(`ENABLE_TORCH_PROFILER`). Each message names the feature and what to do instead. `torch.compile` (model-config
+`pt2: {compile: {enable: true, ...}}` or a backend name, as TorchServe's vgg_16 example ships) is a warning and the
+eager model: it only makes the same model faster, which serve's inference plan does at load anyway.
 Where we differ: the model file may define helper classes beside its one nn.Module (TorchServe wants exactly
 one class of any kind).
 """
@@ -137,11 +139,15 @@ _PROFILER_MESSAGE = ("ENABLE_TORCH_PROFILER: the PyTorch profiler cannot profile
 
 def refuse_unsupported(context: Context) -> None:
     """RuntimeError for a TorchServe feature that needs torch itself (see the module docstring)."""
-    if _asks_for_pt2(context.model_yaml_config or {}):
+    pt2 = _asks_for_pt2(context.model_yaml_config or {})
+    if pt2 == "export":
         raise RuntimeError(
-            "model-config pt2 (torch.compile / torch.export) is not available on serve: remove the pt2 section; "
-            "serve compiles its own inference plan at load (model-config optimize: true, the default)"
+            "model-config pt2 export (torch.export AOT compilation) is not available on serve: remove the pt2 "
+            "section and " + EAGER_ADVICE
         )
+    if pt2 == "compile":
+        logger.warning("model-config pt2 compile (torch.compile) is ignored: serve runs the eager model through its "
+                       "own inference plan, made at load (model-config optimize: true, the default)")  # fmt: skip
     # TorchServe's own switches, set by its users in the environment (ipex_enable in config.properties)
     if os.environ.get("TS_IPEX_ENABLE", "false").lower() == "true":
         raise RuntimeError(
@@ -152,19 +158,19 @@ def refuse_unsupported(context: Context) -> None:
         raise RuntimeError(_PROFILER_MESSAGE)
 
 
-def _asks_for_pt2(config: dict[str, Any]) -> bool:
-    """Whether the model-config's `pt2` turns torch.compile or torch.export on (TorchServe's forms: a backend name,
-    compile options, `compile: {enable: true, ...}`, `export: {aot_compile: true}`)."""
+def _asks_for_pt2(config: dict[str, Any]) -> str | None:
+    """What the model-config's `pt2` turns on: "compile" (torch.compile: a backend name, compile options,
+    `compile: {enable: true, ...}`), "export" (`export: {aot_compile: true}`), or None."""
     if "pt2" not in config:
-        return False
+        return None
     pt2 = config["pt2"]
     if not isinstance(pt2, dict):
-        return pt2 is not None and pt2 is not False
+        return "compile" if pt2 is not None and pt2 is not False else None
     if "compile" in pt2:
-        return (pt2["compile"] or {}).get("enable") is True
+        return "compile" if (pt2["compile"] or {}).get("enable") is True else None
     if "export" in pt2:
-        return ((pt2["export"] or {}).get("aot_compile")) is True
-    return bool(pt2)
+        return "export" if (pt2["export"] or {}).get("aot_compile") is True else None
+    return "compile" if pt2 else None
 
 
 def fill_missing_attributes(handler: Any) -> None:

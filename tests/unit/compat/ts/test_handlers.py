@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 from PIL import Image
 
 import serve
+from serve import nn
 from serve.compat.ts.torch_handler.base_handler import BaseHandler
 from serve.compat.ts.torch_handler.image_classifier import ImageClassifier
 from serve.worker.context import Context
@@ -43,6 +45,7 @@ import json
 
 import torch
 import torch.nn.functional as F
+from serve import nn
 from serve.compat.ts.torch_handler.base_handler import BaseHandler
 
 
@@ -176,8 +179,7 @@ def test_image_classifier_subclass_with_its_own_transforms_answers_torchs_top_k(
         ("traced.pt", {}, r"traced.pt: a TorchScript model .* does not run TorchScript programs: archive the eager"),
         ("model.onnx", {}, r"ONNX models \(and TensorRT through ONNX Runtime\) cannot run on serve"),
         ("model.so", {}, r"torch.export AOT-compiled library cannot run on serve"),
-        ("traced.pt", {"pt2": {"compile": {"enable": True}}}, r"model-config pt2 \(torch.compile / torch.export\)"),
-        ("traced.pt", {"pt2": "inductor"}, r"model-config pt2"),
+        ("model.pt", {"pt2": {"export": {"aot_compile": True}}}, r"model-config pt2 export \(torch.export AOT"),
     ],
 )
 def test_what_serve_cannot_run_fails_at_initialize_naming_the_feature(tmp_path, serialized, config, message):
@@ -188,13 +190,21 @@ def test_what_serve_cannot_run_fails_at_initialize_naming_the_feature(tmp_path, 
 
 
 @needs_torch
-def test_pt2_switched_off_is_not_refused(tmp_path):
+@pytest.mark.parametrize(
+    ("pt2", "warned"),
+    [({"compile": {"enable": False, "backend": "inductor"}}, False), ({"compile": {"enable": True}}, True),
+     ("inductor", True)],
+)  # fmt: skip
+def test_pt2_compile_is_warned_and_the_eager_model_loads(tmp_path, caplog, pt2, warned):
+    """TorchServe's vgg_16 example ships pt2: {compile: {enable: True}}: the model loads, with a warning."""
     net, _ = torch_mlp()
     model = {"modelFile": "model.py", "serializedFile": "model.pt"}
     make_model_dir(tmp_path, {"model.py": MLP}, model, net.state_dict())
     handler = BaseHandler()
-    handler.initialize(context_for(tmp_path, model, {"pt2": {"compile": {"enable": False, "backend": "inductor"}}}))
-    assert handler.initialized
+    with caplog.at_level(logging.WARNING):
+        handler.initialize(context_for(tmp_path, model, {"pt2": pt2}))
+    assert handler.initialized and isinstance(handler.model, nn.Module)
+    assert ("pt2 compile (torch.compile) is ignored" in caplog.text) == warned
 
 
 def test_ipex_switch_fails_at_initialize(tmp_path, monkeypatch):
