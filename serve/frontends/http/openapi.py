@@ -307,6 +307,9 @@ def _finish(path: str, method: str, operation: dict[str, Any],
     if path == "/ping":
         unhealthy = 'Unhealthy: a startup model has no ready worker ({"status": "Unhealthy"})'
         responses["500"] = {"description": unhealthy, "content": _json(_STATUS_BODY)}
+    if path == "/health":  # vLLM's: no body either way
+        responses["200"] = {"description": "Healthy (no body)"}
+        responses["503"] = {"description": "Unhealthy: a startup model has no ready worker (no body)"}
 
 
 _STATUS_BODY = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}

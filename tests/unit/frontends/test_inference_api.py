@@ -25,6 +25,11 @@ def test_ping_healthy_and_unhealthy(tmp_path):
         registry.healthy = False
         r = await server.inference.post("/ping")  # any method, as in TorchServe
         assert (r.status_code, r.json()) == (500, {"status": "Unhealthy"})
+        r = await server.inference.get("/health")  # vLLM's
+        assert (r.status_code, r.content) == (503, b"")
+        registry.healthy = True
+        r = await server.inference.get("/health")
+        assert (r.status_code, r.content) == (200, b"")
 
     run(check, tmp_path, registry)
 
