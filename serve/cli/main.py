@@ -25,6 +25,7 @@ from typing import Any
 from serve.cli import control
 from serve.config import Settings, load_settings
 from serve.errors import ConfigError
+from serve.metrics.metrics_config import read_metrics_config
 
 DEFAULT_MODEL_STORE = Path("model_store")
 
@@ -85,6 +86,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     settings = load_settings(settings_from_args(args))
     if settings.model_store is None and DEFAULT_MODEL_STORE.is_dir():
         settings = dataclasses.replace(settings, model_store=DEFAULT_MODEL_STORE.absolute())
+    if settings.metrics_config is not None:  # a bad file stops the start, not each worker's load
+        try:
+            read_metrics_config(settings.metrics_config)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     return settings
 
 

@@ -48,6 +48,7 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "cors_allowed_methods": v.optional_text,
     "cors_allowed_headers": v.optional_text,
     "metrics_mode": v.choice("prometheus", "log"),
+    "metrics_config": v.optional_path,
     "enable_metrics_api": v.to_bool,
     "decode_input_request": v.to_bool,
     "limit_max_image_pixels": v.to_bool,
@@ -98,8 +99,8 @@ NO_EFFECT: dict[str, str] = {
     "install_py_dep_per_model": "serve never pip-installs at runtime; install a model's requirements beforehand",
     "service_envelope": "request envelopes are " + _UNSUPPORTED,
     "blacklist_env_vars": _UNSUPPORTED,
-    "metrics_config": "metrics are TorchServe's built-in set; " + _UNSUPPORTED,
-    "model_metrics_auto_detect": _UNSUPPORTED,
+    "model_metrics_auto_detect": "serve exports every metric a handler records, declared in metrics_config or not "
+    "(TorchServe's model_metrics_auto_detect=true)",
     "disable_system_metrics": _UNSUPPORTED,
     "system_metrics_cmd": _UNSUPPORTED,
     "metric_time_interval": _UNSUPPORTED,

@@ -137,7 +137,7 @@ def _check(settings: Settings) -> None:
     store = settings.model_store
     if store is not None and not store.is_dir():
         raise ConfigError(f"model_store = '{store}' is not valid: no such directory; create it or fix the path")
-    for key in ("private_key_file", "certificate_file"):
+    for key in ("private_key_file", "certificate_file", "metrics_config"):
         file = getattr(settings, key)
         if file is not None and not file.is_file():
             raise ConfigError(f"{key} = '{file}' is not valid: the file does not exist")

@@ -80,6 +80,9 @@ class Settings:
 
     # metrics and handlers
     metrics_mode: str = "prometheus"  # "prometheus" or "log"
+    # TorchServe's metrics YAML: its model_metrics are made in every worker's metrics cache before the handler
+    # loads (serve/metrics/metrics_config.py); the frontend's metrics stay serve's own set
+    metrics_config: Path | None = None
     enable_metrics_api: bool = True
     decode_input_request: bool = True  # JSON/text bodies decoded for the handler (TorchServe's worker does it)
     limit_max_image_pixels: bool = True

@@ -216,7 +216,7 @@ class ModelVersion:
         spec = WorkerSpec(name, self.version, archive.model_dir.resolve(), handler, config.batch_size,
                           config.startup_timeout, settings.max_request_size, settings.max_response_size,
                           settings.limit_max_image_pixels, config.threads, settings.worker_heartbeat_interval,
-                          settings.worker_heartbeat_misses)  # fmt: skip
+                          settings.worker_heartbeat_misses, settings.metrics_config)  # fmt: skip
         pool_settings = PoolSettings(config.response_timeout, config.max_retry_timeout,
                                      settings.unregister_model_timeout, config.gpu_ids,
                                      config.max_in_flight)  # fmt: skip

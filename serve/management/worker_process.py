@@ -69,6 +69,7 @@ class WorkerSpec:
     threads: int | None = None
     heartbeat_interval: float = 5.0  # s between the worker's beats
     heartbeat_misses: int = 4  # beats a READY worker may miss before it is taken for hung
+    metrics_config: Path | None = None  # TorchServe's metrics YAML (absolute): its model metrics, made in the worker
 
 
 class WorkerProcess:
@@ -90,6 +91,7 @@ class WorkerProcess:
         self.ended_by: str | None = None  # unresponsive, response_timeout, memory: why it was ended on purpose
         self.loaded_memory = 0  # resident bytes once the model was loaded (READY)
         self.optimization: dict[str, Any] = {}  # the ready handshake's report (serve/worker/optimizing.py)
+        self.load_metrics: list[dict[str, Any]] = []  # the ready handshake's: metrics initialize recorded
         self.continuous = False  # the handshake says its handler runs in continuous mode (serve/worker/continuous.py)
 
     @property
@@ -160,6 +162,8 @@ class WorkerProcess:
         optimization = header.get("optimization")
         self.optimization = optimization if isinstance(optimization, dict) else {}
         self.continuous = header.get("continuous") is True
+        metrics = header.get("metrics")  # what the handler recorded while it loaded
+        self.load_metrics = metrics if isinstance(metrics, list) else []
 
     def _load_error(self, detail: str, kind: type[ModelLoadError] = ModelLoadError) -> ModelLoadError:
         self.state = DEAD
@@ -273,6 +277,8 @@ class WorkerProcess:
             args += ["--handler", s.handler]
         if self.gpu is not None:
             args += ["--gpu", str(self.gpu)]
+        if s.metrics_config is not None:
+            args += ["--metrics-config", str(s.metrics_config)]
         return args
 
     def _environment(self) -> dict[str, str]:

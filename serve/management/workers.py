@@ -303,6 +303,8 @@ class WorkerPool:
         slot.warned_memory = False
         slot.first_load(None)
         name, version, reader = self.spec.model_name, self.spec.version, worker.memory_usage
+        if worker.load_metrics:
+            self.metrics.backend_metrics(name, version, worker.load_metrics)
         self.metrics.watch_worker_memory(name, version, slot.id, reader)
         worker.on_exit(lambda: self.metrics.forget_worker_memory(name, version, slot.id, reader))
         self._report()

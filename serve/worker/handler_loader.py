@@ -37,6 +37,7 @@ from serve.worker.torch_compat import torch_compat, torch_compat_enabled
 
 if TYPE_CHECKING:
     from serve.archive import ModelArchive
+    from serve.worker.metrics_cache import MetricsCache
 
 BUILTIN_PACKAGE = "handlers"
 
@@ -73,10 +74,12 @@ def load_handler(context: Context, handler: str | None = None) -> Handler:
 
 
 def load_from_archive(archive: ModelArchive, gpu: int | None = None, batch_size: int = 1,
-                      limit_max_image_pixels: bool | int = True) -> tuple[Handler, Context]:  # fmt: skip
-    """The initialised handler of an opened archive, and the Context it was initialised with."""
+                      limit_max_image_pixels: bool | int = True,
+                      metrics: MetricsCache | None = None) -> tuple[Handler, Context]:  # fmt: skip
+    """The initialised handler of an opened archive, and the Context it was initialised with (its metrics cache
+    `metrics`, holding the metrics_config's declared metrics, or a new one)."""
     context = Context(archive.model_name, str(archive.model_dir), archive.manifest, batch_size, gpu, __version__,
-                      limit_max_image_pixels, model_yaml_config=archive.model_config)  # fmt: skip
+                      limit_max_image_pixels, metrics, model_yaml_config=archive.model_config)  # fmt: skip
     return load_handler(context), context
 
 

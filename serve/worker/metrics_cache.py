@@ -14,6 +14,7 @@ The `add_*` methods add the default dimensions `ModelName` and `Level: Model` un
 `add_metric_to_cache` carries only its own dimension names, as TorchServe's "metrics without default
 dimensions". `metric_type` is a `MetricTypes` member or its string ("counter", "gauge", "histogram").
 Units are stored under TorchServe's long names ("ms" -> "Milliseconds"), as its metric log lines show them.
+`declared_metrics_cache` is the worker's cache with the metrics of a `metrics_config` YAML already made.
 Metric objects stay in the cache across batches (`get_metric` finds them); `clear()` empties only the records.
 `drain()` takes the records and empties the list in one step under the cache's lock: a continuous handler records
 from its own threads (the engine's) while the worker sends what was recorded so far, and no record is lost or sent
@@ -26,7 +27,10 @@ import dataclasses
 import enum
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+from serve.metrics.metrics_config import read_metrics_config
 
 UNIT_NAMES = {
     "ms": "Milliseconds",
@@ -229,6 +233,16 @@ class MetricsCache:
         if idx is None:  # a batch-level metric belongs to every request of the batch, as in TorchServe
             return ",".join(self.request_ids.values()) or None
         return self.request_ids.get(idx)
+
+
+def declared_metrics_cache(model_name: str, metrics_config: str | Path | None) -> MetricsCache:
+    """A model's metrics cache holding the `model_metrics` of TorchServe's metrics YAML (`metrics_config`), as
+    TorchServe's backend makes them before the handler loads, so `get_metric` finds them; ValueError for a bad
+    file."""
+    cache = MetricsCache(model_name)
+    for metric in read_metrics_config(metrics_config) if metrics_config else []:
+        cache.add_metric_to_cache(metric.name, metric.unit, list(metric.dimension_names), metric.metric_type)
+    return cache
 
 
 def _dimension_dict(dimensions: Dimensions) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from serve.worker.answers import batch_error, error_body, serialize
 from serve.worker.context import Context, handler_headers
 from serve.worker.continuous import ContinuousRunner, check_continuous, is_continuous
 from serve.worker.handler_loader import Handler, load_from_archive
+from serve.worker.metrics_cache import declared_metrics_cache
 from serve.worker.optimizing import optimize_handler
 from serve.worker.protocol import (
     REENCODED_PROTOCOLS,
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         write_message_sync(channel_out, load_error(e))
         return 1
     continuous = is_continuous(handler)
-    ready = {"type": "ready", "pid": os.getpid(), "optimization": optimization, "continuous": continuous}
+    loaded = [r.to_dict() for r in context.metrics.drain()]  # what initialize recorded (InitializeCallCount)
+    ready = {"type": "ready", "pid": os.getpid(), "optimization": optimization, "continuous": continuous,
+             "metrics": loaded}  # fmt: skip
     write_message_sync(channel_out, ready)
     lock = threading.Lock()  # one writer on the channel: a continuous handler emits from its own threads
     runner = BatchRunner(handler, context, channel_out, args.max_response_size, device, lock)
@@ -117,6 +120,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit-max-image-pixels", choices=("true", "false"), default="true")
     p.add_argument("--max-response-size", type=int, default=6553500)
     p.add_argument("--max-input-bytes", type=int, default=1 << 30)
+    p.add_argument("--metrics-config", default=None, help="TorchServe's metrics YAML: its model_metrics are made")
     p.add_argument("--heartbeat-fd", type=int, default=None, help="the pipe to beat on (heartbeat.py)")
     p.add_argument("--heartbeat-interval", type=float, default=5.0, help="seconds between beats")
     return p.parse_args(argv)
@@ -145,8 +149,10 @@ def _load(args: argparse.Namespace) -> tuple[Handler, Context, str | None, dict[
     device = gpu.use_gpu(args.gpu, archive.model_config)
     if torch_compat_enabled(archive.manifest, archive.model_config, archive.model_dir):
         install_torch_compat()  # for the worker's whole life: initialize and requests may import torch too
+    metrics = declared_metrics_cache(archive.model_name, args.metrics_config)
     handler, context = load_from_archive(archive, gpu=args.gpu, batch_size=args.batch_size,
-                                         limit_max_image_pixels=args.limit_max_image_pixels == "true")  # fmt: skip
+                                         limit_max_image_pixels=args.limit_max_image_pixels == "true",
+                                         metrics=metrics)  # fmt: skip
     log.info("model %s loaded in %.2f s on %s (pid %d)", archive.model_name, time.perf_counter() - started,
              device or "the CPU", os.getpid())  # fmt: skip
     check_continuous(handler, archive.model_config)
