@@ -2,16 +2,15 @@
 
 A builder is `name(*, weights=None, progress=True, **kwargs)` around the serve.zoo constructor of the same name.
 `weights` is None (random init), a member of the model's `*_Weights` enum, or its name ("IMAGENET1K_V1",
-"ResNet50_Weights.IMAGENET1K_V1"); the legacy `pretrained=True` means the DEFAULT member. Named weights are read
-only from the local torch hub cache, through `serve.compat.torch.hub.load_state_dict_from_url`, whose error names
-the file and the directory to put it in: a serving worker never downloads.
-
-One exception, for TorchServe's archives: a model file that builds with the legacy `pretrained=True` (TorchServe's
-FCN and Faster R-CNN examples do, for a backbone) and whose file is not in the cache keeps its random weights, with
-a warning, instead of failing. In an archive the handler then loads the archive's own checkpoint over them, strictly
-(every key), so nothing random survives; on TorchServe those downloaded weights are overwritten the same way. An
-explicit `weights=` enum member still fails without its file. The enum facts (URLs, transform
-settings, categories, accuracy) are torchvision's published ones (`_weights_table.py`).
+"ResNet50_Weights.IMAGENET1K_V1"); the legacy `pretrained=True` means what it means in torchvision's
+`handle_legacy_interface`: the IMAGENET1K_V1 member (not DEFAULT: `resnet50(pretrained=True)` reads
+`resnet50-0676ba61.pth`, the V1 file, where DEFAULT is V2's `resnet50-11ad3fa6.pth`), and a ValueError for the models
+torchvision publishes no V1 weights for (vit_h_14, regnet_y_128gf). Named weights are read only from the local torch
+hub cache, through `serve.compat.torch.hub.load_state_dict_from_url`, whose error names the file and the directory
+to put it in: a serving worker never downloads. A missing file is that error for `pretrained=True` too (TorchServe's
+Faster R-CNN example builds its backbone so): random weights in its place would be a silent wrong answer wherever the
+archive's checkpoint does not cover them. The enum facts (URLs, transform settings, categories, accuracy) are
+torchvision's published ones (`_weights_table.py`).
 """
 
 from __future__ import annotations
@@ -109,12 +108,19 @@ def _resolve_weights(model: str, weights: Any, kwargs: dict[str, Any]) -> Any:
     if "pretrained" in kwargs:  # torchvision's legacy interface
         pretrained = kwargs.pop("pretrained")
         warnings.warn(
-            f"{model}: 'pretrained' is deprecated, use 'weights' instead ({enum.__name__}.DEFAULT)", UserWarning,
+            f"{model}: 'pretrained' is deprecated, use 'weights' instead ({enum.__name__}.IMAGENET1K_V1)", UserWarning,
             stacklevel=3,
         )  # fmt: skip
         if pretrained and weights is None:
-            weights = enum.DEFAULT  # type: ignore[attr-defined]
+            weights = legacy_weights(model, enum)
     return enum.verify(weights)
+
+
+def legacy_weights(model: str, enum: Any) -> Any:
+    """The member torchvision's `pretrained=True` stands for: IMAGENET1K_V1; its error for a model without one."""
+    if "IMAGENET1K_V1" not in enum.__members__:
+        raise ValueError(f"No weights available for model {model}: pass weights= one of {list(enum.__members__)}")
+    return enum["IMAGENET1K_V1"]
 
 
 def overwrite_named_param(kwargs: dict[str, Any], param: str, new_value: Any) -> None:
@@ -140,7 +146,6 @@ def model_builder(
     model after loading (dropping the auxiliary heads of GoogLeNet and Inception)."""
 
     def builder(*, weights: Any = None, progress: bool = True, **kwargs: Any) -> Any:
-        legacy = bool(kwargs.get("pretrained")) and weights is None
         resolved = _resolve_weights(name, weights, kwargs)
         requested = dict(kwargs)
         if resolved is not None:
@@ -150,15 +155,8 @@ def model_builder(
                 prepare(resolved, kwargs)
         model = build(**kwargs)
         if resolved is not None:
-            try:
-                state_dict = resolved.get_state_dict(progress=progress)
-            except FileNotFoundError as e:
-                if not legacy:
-                    raise
-                warnings.warn(f"{name}(pretrained=True): {e}. Keeping random weights: load a checkpoint over them "
-                              "(an archive's handler does, strictly)", UserWarning, stacklevel=2)  # fmt: skip
-            else:
-                model.load_state_dict(remap(state_dict) if remap else state_dict)
+            state_dict = resolved.get_state_dict(progress=progress)
+            model.load_state_dict(remap(state_dict) if remap else state_dict)
             if finish is not None:
                 finish(model, requested)
         return model

@@ -6,6 +6,7 @@ written into a temporary TORCH_HOME, loaded by our builders and compared with to
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 import serve
 from serve.compat.torchvision import models
+from serve.compat.torchvision.models._api import legacy_weights
 from tests.torchvision_reference import needs_torchvision, reference_torchvision
 from tests.unit.compat.torchvision._twins import cheap_init, fill_, images, max_rel_diff
 
@@ -67,15 +69,40 @@ def test_missing_weights_say_where_to_put_the_file(hub):
         models.resnet18(weights=models.ResNet18_Weights.IMAGENET1K_V1)
 
 
-def test_legacy_pretrained_without_its_file_keeps_random_weights_with_a_warning(hub):
-    """TorchServe's archives build backbones with pretrained=True and load their own checkpoint over them."""
-    with pytest.warns(UserWarning, match="Keeping random weights"):
-        model = models.googlenet(pretrained=True)
-    assert model.aux1 is None and model.fc.out_features == 1000  # built as the pretrained model is
+def torchvisions_legacy_weights(tv, name: str):
+    """The member torchvision's `handle_legacy_interface` gives `name(pretrained=True)` (its closure's `weights`)."""
+    fn = tv.models.get_model_builder(name)
+    while fn is not None:
+        found = inspect.getclosurevars(fn).nonlocals.get("weights")
+        if isinstance(found, dict) and "weights" in found:
+            return found["weights"][1]
+        fn = getattr(fn, "__wrapped__", None)
+    raise AssertionError(f"{name}: no legacy interface found in torchvision's builder")
+
+
+def test_legacy_pretrained_means_torchvisions_member_for_every_classification_model():
+    """IMAGENET1K_V1, not DEFAULT: resnet50(pretrained=True) is resnet50-0676ba61.pth in torchvision."""
+    tv = reference_torchvision()
+    for name in models.list_models(module=models):
+        theirs = torchvisions_legacy_weights(tv, name)
+        enum = models.get_model_weights(name)
+        if theirs is None:
+            with pytest.raises(ValueError, match=f"No weights available for model {name}"):
+                legacy_weights(name, enum)
+        else:
+            assert legacy_weights(name, enum) is enum[theirs.name], name
+            assert legacy_weights(name, enum).url == theirs.url
+
+
+def test_legacy_pretrained_without_its_file_is_an_error_naming_it(hub):
+    """TorchServe's Faster R-CNN example builds its backbone with pretrained=True: the file must be in the cache."""
     from serve.compat.torchvision.models.detection.backbone_utils import resnet_fpn_backbone
 
-    with pytest.warns(UserWarning, match="Keeping random weights"):
-        legacy = resnet_fpn_backbone("resnet50", True)  # torchvision < 0.13's positional form (TorchServe's example)
+    with pytest.warns(UserWarning, match="pretrained"), pytest.raises(FileNotFoundError, match="resnet50-0676ba61"):
+        resnet_fpn_backbone("resnet50", True)  # torchvision < 0.13's positional form (TorchServe's example)
+    with pytest.warns(UserWarning, match="pretrained"), pytest.raises(FileNotFoundError, match="googlenet-1378be20"):
+        models.googlenet(pretrained=True)
+    legacy = resnet_fpn_backbone("resnet50", False)
     current = resnet_fpn_backbone(backbone_name="resnet50", weights=None)
     assert list(legacy.state_dict()) == list(current.state_dict())
 

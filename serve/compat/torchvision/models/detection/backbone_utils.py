@@ -46,8 +46,8 @@ def resnet_fpn_backbone(*legacy: Any, backbone_name: str | None = None, weights:
 
     torchvision's keyword form, and also its pre-0.13 positional one, `resnet_fpn_backbone('resnet50', True)`, which
     TorchServe's Faster R-CNN example still calls: (backbone_name, pretrained), the legacy `pretrained` taken as the
-    ResNet builders take it (random weights with a warning when the file is not in the local hub cache: the
-    archive's checkpoint is loaded over them)."""
+    ResNet builders take it (torchvision's IMAGENET1K_V1 file from the local hub cache; an error naming it when it
+    is not there)."""
     if len(legacy) > 2:
         raise TypeError("resnet_fpn_backbone: at most (backbone_name, pretrained) positionally; pass the rest by name")
     name = legacy[0] if legacy else backbone_name
