@@ -3,7 +3,10 @@ detected boxes back to the original images.
 
 Resizing scales an image by min(min_size / shorter side, max_size / longer side) with bilinear interpolation
 (`recompute_scale_factor=True`, so the size is floor(side * scale)); the batch is zero-padded at the bottom and
-right to multiples of `size_divisible`. Boxes are scaled back by original / resized size per axis.
+right to multiples of `size_divisible`. Boxes are scaled back by original / resized size per axis. Masks (Mask
+R-CNN's, (K, 1, M, M) per box) are pasted into the original image as torchvision's paste_masks_in_image does: the
+mask zero-padded by one pixel and its box widened by (M + 2) / M about its centre, truncated to integers, the mask
+resized bilinearly to the box's (h + 1, w + 1) and copied into a zero (H, W) map where it overlaps the image.
 """
 
 from __future__ import annotations
@@ -79,4 +82,29 @@ class GeneralizedRCNNTransform(nn.Module):
             boxes = pred["boxes"]
             ratio_h, ratio_w = np.float32(oh) / np.float32(h), np.float32(ow) / np.float32(w)
             pred["boxes"] = boxes * np.asarray([ratio_w, ratio_h, ratio_w, ratio_h], dtype=boxes.dtype)
+            if "masks" in pred:
+                pred["masks"] = paste_masks_in_image(pred["masks"], pred["boxes"], (oh, ow))
         return result
+
+
+def paste_masks_in_image(masks: np.ndarray, boxes: np.ndarray, image_hw: tuple[int, int],
+                         padding: int = 1) -> np.ndarray:  # fmt: skip
+    """(K, 1, M, M) mask probabilities at their (K, 4) boxes -> (K, 1, H, W) maps of the image (module docstring)."""
+    height, width = image_hw
+    out = np.zeros((len(masks), 1, height, width), dtype=np.float32)
+    if not len(masks):
+        return out
+    size = masks.shape[-1]
+    padded = np.pad(masks[:, 0], ((0, 0), (padding, padding), (padding, padding)))  # (K, M + 2, M + 2)
+    scale = np.float32((size + 2 * padding) / size)
+    half = (boxes[:, 2:] - boxes[:, :2]) * np.float32(0.5) * scale  # (K, 2): half width, half height
+    centre = (boxes[:, 2:] + boxes[:, :2]) * np.float32(0.5)
+    wide = np.concatenate([centre - half, centre + half], axis=1).astype(np.int64)  # truncated, as torch's .to()
+    for k, (x0, y0, x1, y1) in enumerate(wide.tolist()):
+        w, h = max(x1 - x0 + 1, 1), max(y1 - y0 + 1, 1)
+        resized = F.interpolate(serve.from_numpy(np.ascontiguousarray(padded[k][None, None])), size=(h, w),
+                                mode="bilinear", align_corners=False)[0, 0].numpy()  # fmt: skip  # (h, w)
+        top, left, bottom, right = max(y0, 0), max(x0, 0), min(y1 + 1, height), min(x1 + 1, width)
+        if bottom > top and right > left:
+            out[k, 0, top:bottom, left:right] = resized[top - y0 : bottom - y0, left - x0 : right - x0]
+    return out
