@@ -9,9 +9,10 @@ Decisions, and why:
   most chosen kernel, untimed and unremembered, so no request can make the plan grow or time without bound.
 - Never wrong for being optimized: the first plan is checked against the original module on its example inputs
   (every output tensor within 1e-4 of eager, relative to its largest magnitude), and each `warm` shape is checked
-  too. A mismatch, or an error while capturing or checking, logs why and the model runs eagerly from then on
-  (`optimized` False, `reason` says why). Each kernel of a planned layer is also checked against the reference
-  kernel on the layer's real input when it is timed.
+  too (a detector's boxes, labels and scores as sets: two detections whose scores tie within rounding may swap,
+  serve/inference/detections.py). A mismatch, or an error while capturing or checking, logs why and the model
+  runs eagerly from then on (`optimized` False, `reason` says why). Each kernel of a planned layer is also
+  checked against the reference kernel on the layer's real input when it is timed.
 - The plan runs under no_grad (serving always does). With grad enabled, calls go to the original module, so a
   training step or a gradient through the model still works.
 - The original module is left as it was: the plan is a copy of its tree that shares all unchanged tensors. It is
@@ -32,6 +33,7 @@ from serve.inference import capture
 from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
 from serve.inference.arena import Arena
+from serve.inference.detections import aligned
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn.module import Module
@@ -55,8 +57,9 @@ def _arrays(out: Any) -> list[np.ndarray]:
 
 
 def mismatch(got: Any, want: Any, rtol: float = RTOL) -> str | None:
-    """Why `got` is not `want` within rtol (relative to each tensor's largest magnitude), or None."""
-    a, b = _arrays(got), _arrays(want)
+    """Why `got` is not `want` within rtol (relative to each tensor's largest magnitude), or None. Detections
+    (dicts of boxes, labels, scores) are compared as sets: rows in eager's order first (detections.py)."""
+    a, b = _arrays(aligned(got, want)), _arrays(want)
     if len(a) != len(b):
         return f"the plan returned {len(a)} tensors, eager {len(b)}"
     for i, (x, y) in enumerate(zip(a, b)):
