@@ -12,7 +12,12 @@ document and still be wrong in a way OpenAPI cannot state, because it relates tw
 - v2 infer and explain (`/v2/models/{name}[/versions/{v}]/infer|explain`): a tensor whose `data` does not hold as
   many values as its `shape` (or values of another `datatype`) is a 400 naming the input, as Triton answers;
 - scaling (`PUT /models/{name}[/{version}]`): `max_worker` below `min_worker` is TorchServe's 400 "max_worker
-  cannot be less than min_worker.".
+  cannot be less than min_worker.";
+- the OpenAI routes (`/v1/completions`, `/v1/chat/completions`, `/v1/embeddings`, also under /predictions) and the
+  v2 generate extension: OpenAI's and vLLM's rules relate fields (`stream_options` only with `stream`, `echo` not
+  with `logprobs`, `min_tokens` at most `max_tokens`, a model that names itself differently in the path and the
+  body, a prompt plus `max_tokens` beyond the model's context), and `lin` is not a generative model: a 400 in
+  OpenAI's shape, naming the field.
 What a schema can say, the documents say instead (a `next_page_token` past the last model is an empty page, an
 empty `runtime=` is unset, `GET /token` is not offered with token authorization off). A 5xx is a finding
 (`not_a_server_error`), and so is any status or content type the document does not list. Longer runs (60 cases per
@@ -37,6 +42,10 @@ ALSO_400 = '["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]'  # 
 CONFIG = f"""
 [[operations]]
 include-path-regex = "/(infer|explain)$"
+checks.positive_data_acceptance.expected-statuses = {ALSO_400}
+
+[[operations]]
+include-path-regex = "/(v1/(completions|chat/completions|embeddings)|generate|generate_stream)$"
 checks.positive_data_acceptance.expected-statuses = {ALSO_400}
 
 [[operations]]

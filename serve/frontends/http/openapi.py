@@ -167,17 +167,30 @@ OPENAI_ERROR = {
                              "required": ["message", "type"]}},
     "required": ["error"],
 }  # fmt: skip
-OPENAI_BODY = {"application/json": {"schema": {"type": "object", "properties": {"model": {"type": "string"}},
-                                               "description": "OpenAI's request body (serve/frontends/openai/"
-                                               "schemas.py); unknown fields are a 400"}}}  # fmt: skip
+
+
+def _openai_body(required: str) -> dict[str, Any]:
+    """OpenAI's request body with the one field the route cannot do without (`model` too at the root)."""
+    schema = {
+        "type": "object",
+        "properties": {"model": {"type": "string"}, required: {}},
+        "required": [required],
+        "description": "OpenAI's request body (serve/frontends/openai/schemas.py); unknown fields are a 400",
+    }
+    return {"application/json": {"schema": schema}}
+
+
 GENERATE_BODY = {"application/json": {"schema": {"type": "object", "properties": {"text_input": {"type": "string"},
                  "parameters": {"type": "object"}}, "required": ["text_input"]}}}  # fmt: skip
 OPENAI_ERRORS = (400, 401, 404, 413, 429, 500, 503, 504, 507)
 
 # plain routes: path pattern -> (summary, success answer, error statuses, error body, request body content)
 PLAIN: list[tuple[str, str, tuple[int, ...], dict[str, Any], dict[str, Any] | None]] = [
-    (r"/v1/(completions|chat/completions|embeddings)$", "OpenAI-compatible completions, chat or embeddings "
-     "(JSON, or Server-Sent Events with stream=true)", OPENAI_ERRORS, OPENAI_ERROR, OPENAI_BODY),
+    (r"/v1/completions$", "OpenAI-compatible completions (JSON, or Server-Sent Events with stream=true)",
+     OPENAI_ERRORS, OPENAI_ERROR, _openai_body("prompt")),
+    (r"/v1/chat/completions$", "OpenAI-compatible chat completions (JSON, or Server-Sent Events with stream=true)",
+     OPENAI_ERRORS, OPENAI_ERROR, _openai_body("messages")),
+    (r"/v1/embeddings$", "OpenAI-compatible embeddings", OPENAI_ERRORS, OPENAI_ERROR, _openai_body("input")),
     (r"^/predictions/.+/v1/models(/[^/]+)?$", "OpenAI-compatible model list", (400, 401, 404), OPENAI_ERROR, None),
     (r"/generate(_stream)?$", "Open Inference Protocol generate extension (generate_stream: Server-Sent Events)",
      (400, 401, 404, 413, 500, 503, 504, 507), V2_ERROR, GENERATE_BODY),

@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from serve.batching import json_values
+from serve.errors import ModelNotFound
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.errors import error_info
 from serve.frontends.http.auth import INFERENCE, TokenAuth
@@ -132,8 +133,9 @@ async def one_model(request: Request) -> Response:
     dataplane = _dataplane(request)
     only = request.path_params.get("model_name")
     model_id = request.path_params["model_id"]
-    if only is not None and model_id != only:
-        raise InvalidField(f"the path names model {only!r}: GET .../v1/models/{only}", "model")
+    if only is not None and model_id != only:  # only one model is served under /predictions/{only}: not found here
+        raise ModelNotFound(f"model {model_id!r} is not served under /predictions/{only}: GET .../v1/models/{only}, "
+                            f"or /v1/models/{model_id}")  # fmt: skip
     return json_response(models.one(dataplane, model_id))
 
 

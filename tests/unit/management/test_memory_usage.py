@@ -22,8 +22,10 @@ def _worker(pid: int) -> WorkerProcess:
 
 
 def test_memory_usage_is_vmrss_read_without_a_file_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print('idle', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
     try:
+        assert child.stdout is not None and child.stdout.readline() == b"idle\n"  # started: its memory stays put
         status = Path(f"/proc/{child.pid}/status").read_text()
         vmrss = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024  # type: ignore[union-attr]
 

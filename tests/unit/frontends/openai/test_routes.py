@@ -91,6 +91,8 @@ def test_model_list_shared_with_kserve_v1_and_the_predictions_forms(tmp_path):
         one = (await s.inference.get("/v1/models/mnist")).json()
         assert one["id"] == "mnist" and one["object"] == "model" and isinstance(one["created"], int)
         assert (await s.inference.get("/v1/models/nope")).status_code == 404
+        elsewhere = await s.inference.get("/predictions/mnist/v1/models/other")  # another model under mnist's path
+        assert elsewhere.status_code == 404 and "/predictions/mnist" in elsewhere.json()["error"]["message"]
         only = (await s.inference.get("/predictions/mnist/v1/models")).json()
         assert [m["id"] for m in only["data"]] == ["mnist"]
         assert (await s.inference.get("/predictions/nope/v1/models")).status_code == 404
