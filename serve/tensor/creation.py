@@ -145,19 +145,22 @@ def _filled(fill: str, size: Sequence[Any], dtype: Dtype | None, device: Any, re
     return t.requires_grad_(True) if requires_grad else t
 
 
-def zeros(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False,
-          out: Any = None) -> Tensor:  # fmt: skip
-    return _filled("zeros", size, dtype, device, requires_grad)
+def zeros(*shape: Any, size: Any = None, dtype: Dtype | None = None, device: Any = None,
+          requires_grad: bool = False, out: Any = None) -> Tensor:  # fmt: skip
+    """torch's `zeros(2, 3)`, `zeros((2, 3))` and `zeros(size=(2, 3))`."""
+    return _filled("zeros", shape if size is None else (size,), dtype, device, requires_grad)
 
 
-def ones(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False,
-         out: Any = None) -> Tensor:  # fmt: skip
-    return _filled("ones", size, dtype, device, requires_grad)
+def ones(*shape: Any, size: Any = None, dtype: Dtype | None = None, device: Any = None,
+         requires_grad: bool = False, out: Any = None) -> Tensor:  # fmt: skip
+    """torch's `ones(2, 3)`, `ones((2, 3))` and `ones(size=(2, 3))`."""
+    return _filled("ones", shape if size is None else (size,), dtype, device, requires_grad)
 
 
-def empty(*size: Any, dtype: Dtype | None = None, device: Any = None, requires_grad: bool = False,
-          memory_format: Any = None, pin_memory: bool = False) -> Tensor:  # fmt: skip
-    return _filled("empty", size, dtype, device, requires_grad)
+def empty(*shape: Any, size: Any = None, dtype: Dtype | None = None, device: Any = None,
+          requires_grad: bool = False, memory_format: Any = None, pin_memory: bool = False) -> Tensor:  # fmt: skip
+    """torch's `empty(2, 3)`, `empty((2, 3))` and `empty(size=(2, 3))`."""
+    return _filled("empty", shape if size is None else (size,), dtype, device, requires_grad)
 
 
 def full(size: Sequence[Any], fill_value: Any, *, dtype: Dtype | None = None, device: Any = None,

@@ -22,6 +22,7 @@ What Hugging Face transformers 5.x touches at import and build (tests/unit/compa
     torch.contiguous_format, get_default_device   tensor_types.py
     torch.UntypedStorage                 storage.py: safetensors' memory-mapped loading path
     torch.compiler, torch._dynamo        eager: never compiling, decorators return the function
+    torch.compile                        compiler.py: the model unchanged, one warning (the worker plans it)
     torch.autocast, torch.amp            never enabled: the model runs in its weights' dtype
     torch.library                        custom_op / register_fake / register_autograd: the Python function runs
     torch.utils._pytree, utils.hooks     flatten/unflatten with registered nodes; RemovableHandle
@@ -60,6 +61,7 @@ from serve.compat.torch import (
 )
 from serve.compat.torch.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from serve.compat.torch.asserts import _assert
+from serve.compat.torch.compiler import compile
 from serve.compat.torch.storage import ByteStorage, TypedStorage, UntypedStorage
 from serve.compat.torch.tensor_types import (
     BFloat16Tensor,
@@ -108,6 +110,7 @@ __all__ = [
     "amp",
     "autocast",
     "channels_last",
+    "compile",
     "compiler",
     "contiguous_format",
     "distributed",

@@ -233,3 +233,42 @@ def test_the_names_transformers_touches_exist_under_the_alias():
         with pytest.raises(NotImplementedError, match="3-D convolution"):
             nn.Conv3d(1, 1, 3)
         assert nn.modules.module._EXTRA_STATE_KEY_SUFFIX == "_extra_state"
+
+
+@needs_torch
+def test_the_names_transformers_4_and_captum_touch_exist_under_the_alias(caplog):
+    """What TorchServe's Hugging Face example needs beyond transformers 5.x's names (issue 26 item 3): transformers
+    4.51's imports and loading, captum 0.9's imports, and torch.compile as its handler calls it."""
+    with torch_compat():
+        import torch
+        import torch.distributed.tensor
+        import torch.multiprocessing
+        import torch.nn as nn
+        from torch.distributions.categorical import Categorical
+        from torch.futures import Future
+        from torch.nn import CosineSimilarity
+        from torch.nn.parallel.scatter_gather import scatter
+
+        torch.fx._pytree.register_pytree_flatten_spec(dict, lambda d, spec: list(d.values()))
+        assert not isinstance(torch.zeros(1), (torch.fx.Proxy, torch.distributed.tensor.DTensor, Future))
+        assert not hasattr(nn.utils.parametrizations, "weight_norm")  # transformers then keeps weight_g/weight_v
+        assert torch.utils.hooks.RemovableHandle is not None and torch.multiprocessing.get_context is not None
+        assert tuple(torch.empty(size=(2, 3), device="meta").shape) == (2, 3) == tuple(torch.zeros(size=[2, 3]).shape)
+        with pytest.warns(FutureWarning, match="nn.init.uniform_"):
+            w = nn.init.uniform(torch.empty(4, 5), -0.1, 0.1)
+        assert float(w.abs().max()) <= 0.1
+        model = nn.Linear(2, 3)
+        with caplog.at_level("WARNING"):
+            assert torch.compile(model, backend="inductor", mode="reduce-overhead") is model
+            assert torch.compile(backend="eager")(len) is len
+        assert "returns Linear unchanged" in caplog.text
+        for make in (lambda: nn.MaxPool3d(2), lambda: nn.DataParallel(model), lambda: scatter(1, [0]),
+                     lambda: Categorical(probs=torch.ones(2))):  # fmt: skip
+            with pytest.raises(NotImplementedError):
+                make()
+        x, y = torch.tensor([[1.0, 2.0, 0.0], [3.0, -1.0, 2.0]]), torch.tensor([[2.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+        got = CosineSimilarity(dim=1)(x, y).numpy()
+    import torch as real
+
+    want = real.nn.CosineSimilarity(dim=1)(real.from_numpy(x.numpy()), real.from_numpy(y.numpy())).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from serve.compat.torch.fx import _pytree
+
 
 def wrap(fn_or_name: Any) -> Any:
     """Return the argument unchanged: a function (used as a decorator) or a function name (module-level call)."""
@@ -20,3 +22,7 @@ def symbolic_trace(root: Any, concrete_args: Any = None) -> Any:
         "torch.fx.symbolic_trace is not available on serve (no FX graphs): call the module eagerly, or use "
         "forward hooks (module.register_forward_hook) to read intermediate outputs"
     )
+
+
+class Proxy:
+    """torch.fx's symbolic value: nothing on serve is one (transformers checks `isinstance(x, torch.fx.Proxy)`)."""
