@@ -258,10 +258,11 @@ def bench_model(family: str, args: argparse.Namespace) -> dict[str, Any]:
                                        args.min_requests)  # fmt: skip
         result["worker_peak_rss"] = descendants_peak_rss(server.proc.pid)
         if args.llamacpp_build:
+            llama_runs = [(w, int(t)) for w, t in (run.split(":") for run in args.llamacpp_runs)]
+            levels = [c for c in args.concurrency if c <= 16]
             result["llamacpp"] = paired_rounds(args.llamacpp_build, folder, family, server.ports["inference"],
-                                               [c for c in args.concurrency if c <= 16], args.llamacpp_rounds, vocab,
-                                               args.prompt, args.new, args.min_requests, args.threads,
-                                               args.llamacpp_weights, OUT / "llamacpp")  # fmt: skip
+                                               llama_runs, levels, args.llamacpp_rounds, vocab, args.prompt, args.new,
+                                               args.min_requests, OUT / "llamacpp")  # fmt: skip
         if not args.skip_loadgen:  # our client's c16 right before it: the same minute of the machine
             ours = asyncio.run(run_level(server.ports["inference"], family, prompts(32, args.prompt, vocab, seed=5), 16,
                                          args.new))  # fmt: skip
@@ -301,7 +302,8 @@ def main() -> None:
     p.add_argument("--skip-loadgen", action="store_true")
     p.add_argument("--llamacpp", type=Path, help="the llama.cpp build (default: bench/out/llamacpp when built)")
     p.add_argument("--skip-llamacpp", action="store_true")
-    p.add_argument("--llamacpp-weights", nargs="+", choices=["f32", "bf16", "q8_0"], default=["f32", "bf16", "q8_0"])
+    p.add_argument("--llamacpp-runs", nargs="+", default=["f32:2", "f32:1", "bf16:1", "q8_0:1"],
+                   help="llama-server runs as WEIGHTS:THREADS (weights f32, bf16 or q8_0)")
     p.add_argument("--llamacpp-rounds", type=int, default=3, help="paired rounds (serve, then llama.cpp)")
     p.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     p.add_argument("--from-json", action="store_true", help="only re-render the saved runs of --model")

@@ -95,8 +95,9 @@ async def one_request(session: Any, url: str, body: dict[str, Any], timeout: flo
 
 
 async def run_level(port: int, model: str, prompts: list[list[int]], concurrency: int, new_tokens: int,
-                    timeout: float = 1800.0) -> Level:  # fmt: skip
-    """Send every prompt once, `concurrency` at a time (closed loop); the timings of each."""
+                    timeout: float = 1800.0, force_close: bool = False) -> Level:  # fmt: skip
+    """Send every prompt once, `concurrency` at a time (closed loop); the timings of each. `force_close`: a new
+    connection per request (llama-server closes idle keep-alive connections, which aiohttp may then reuse)."""
     import aiohttp
 
     url = f"http://127.0.0.1:{port}/v1/completions"
@@ -110,7 +111,7 @@ async def run_level(port: int, model: str, prompts: list[list[int]], concurrency
                     "ignore_eos": True, "stream_options": {"include_usage": True}}  # fmt: skip
             results[i] = await one_request(session, url, body, timeout)
 
-    connector = aiohttp.TCPConnector(limit=0)
+    connector = aiohttp.TCPConnector(limit=0, force_close=force_close)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
         start = time.perf_counter()
         await asyncio.gather(*(client(session) for _ in range(concurrency)))
