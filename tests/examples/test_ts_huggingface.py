@@ -14,18 +14,26 @@ Stand-ins for what the README downloads: a seeded small BERT made here by torch 
 with `save_pretrained` (model.safetensors and config.json, archived with the README's flags), and the
 `bert-base-uncased` tokenizer as a hub cache entry (a vocabulary of the test's words) read with HF_HUB_OFFLINE=1.
 
-Reference: the same folder loaded by transformers 5.24 on the real torch, the same text tokenized to 150 tokens
-(padding="max_length", what pad_to_max_length=True meant) with that vocabulary: the handler's answer is the
-index_to_name.json name of torch's argmax, for texts whose two logits are apart.
+References: (1) the same folder loaded by transformers 5.24 on the real torch, the same text tokenized to 150
+tokens (padding="max_length", what pad_to_max_length=True meant) with that vocabulary: the handler's answer is the
+index_to_name.json name of torch's argmax, for texts whose two logits are apart; (2) the handler itself on the real
+torch with the same transformers 4.51 and captum (hf_handler_reference.py, its own process, on the archive's files):
+the explanation (`/explanations`: captum's LayerIntegratedGradients over the embeddings, on serve's autograd in the
+worker) has the same words, and importances and convergence delta within EXPLAIN_TOL.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.examples.ts_files import archive, example_files
@@ -39,9 +47,12 @@ torch = pytest.importorskip("torch")
 LEG = Path(__file__).resolve().parents[2] / ".venv" / "transformers451"
 WORDS = ["the", "a", "movie", "was", "great", "bad", "good", "terrible", "i", "love", "it", "hate", "this", "film",
          "plot", "actors", "report", "economy", "new"]  # fmt: skip
+EXPLAINED = json.dumps({"text": "a new report on the economy", "target": 1})
 TEXTS = ["the movie was great", "i hate this film", "a new report on the economy", "the plot was terrible",
          "i love the actors"]  # fmt: skip
 SNAPSHOT = "0" * 40
+EXPLAIN_TOL = 1e-6  # 50 integration steps through BERT, float32 on both sides: measured 1.0e-7 off
+HERE = Path(__file__).resolve().parent
 
 pytestmark = pytest.mark.skipif(not (LEG / "transformers").is_dir() or not (LEG / "captum").is_dir(),
                                 reason="transformers 4.51 and captum are not installed in .venv/transformers451 "
@@ -60,6 +71,21 @@ def stand_in_tokenizer(hub: Path) -> Path:
                                                                 "tokenizer_class": "BertTokenizer"}))  # fmt: skip
     (snapshot / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": len(WORDS) + 5}))
     return snapshot
+
+
+def handler_on_torch(base: Path, mar: Path, leg_env: dict[str, str]) -> dict:
+    """hf_handler_reference.py's answers for the TEXTS, on the archive's files (extracted as the worker has them)."""
+    folder = base / "reference"
+    with zipfile.ZipFile(mar) as z:
+        z.extractall(folder)
+    job = {"bodies": [json.dumps({"text": t, "target": 1}) for t in TEXTS], "explain": [EXPLAINED]}
+    (base / "job.json").write_text(json.dumps(job))
+    env = {**os.environ, **leg_env}
+    done = subprocess.run([sys.executable, str(HERE / "hf_handler_reference.py"), str(folder), str(base / "job.json"),
+                           str(base / "reference.json")], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((base / "reference.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -81,22 +107,23 @@ def served(tmp_path_factory):
             "--config-file", str(src / "model-config.yaml"),
             "--extra-files", f"{src / 'Transformer_model' / 'config.json'},"
             f"{src / 'Seq_classification_artifacts' / 'index_to_name.json'}")  # fmt: skip
+    leg_env = {"PYTHONPATH": str(LEG), "HF_HUB_CACHE": str(base / "hf" / "hub"), "HF_HUB_OFFLINE": "1",
+               "MPLBACKEND": "Agg"}  # fmt: skip  # the workers' transformers 4.51 and captum (serve's root first)
+    reference = handler_on_torch(base, store / "BERTSeqClassification.mar", leg_env)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("PYTHONPATH", str(LEG))  # the workers' transformers 4.51 and captum (serve's root goes first)
-        env.setenv("HF_HUB_CACHE", str(base / "hf" / "hub"))
-        env.setenv("HF_HUB_OFFLINE", "1")
-        env.setenv("MPLBACKEND", "Agg")
+        for key, value in leg_env.items():
+            env.setenv(key, value)
         server = ServerProcess(base / "run", store, "--ncs", "--disable-token-auth", "--models",
                                "BERTSeqClassification=BERTSeqClassification.mar").start()  # fmt: skip
     try:
-        yield server, src, vocab
+        yield server, src, vocab, reference
     finally:
         server.stop()
         shutil.rmtree(base / "hf", ignore_errors=True)
 
 
 def test_sequence_classification_answers_torchs_label(served):
-    server, src, vocab = served
+    server, src, vocab, reference = served
     names = json.loads((src / "Seq_classification_artifacts" / "index_to_name.json").read_text())
     model = transformers.AutoModelForSequenceClassification.from_pretrained(src / "Transformer_model").eval()
     tokenizer = transformers.BertTokenizer(str(vocab / "vocab.txt"), do_lower_case=True)
@@ -112,3 +139,25 @@ def test_sequence_classification_answers_torchs_label(served):
             assert response.text == names[str(int(logits.argmax()))]
             compared += 1
     assert compared >= 3
+    assert reference["predictions"][: len(TEXTS)] == [names[str(int(m))] for m in _argmaxes(model, tokenizer)]
+
+
+def _argmaxes(model, tokenizer) -> list[int]:
+    """The handler on the real torch agrees with transformers 5.24 on torch: the two references are one."""
+    out = []
+    for text in TEXTS:
+        inputs = tokenizer(text, max_length=150, padding="max_length", truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            out.append(int(model(inputs["input_ids"], inputs["attention_mask"]).logits[0].argmax()))
+    return out
+
+
+def test_captum_explanation_matches_the_handler_on_torch(served):
+    server, _, _, reference = served
+    response = httpx.post(f"{server.inference}/explanations/BERTSeqClassification", content=EXPLAINED, timeout=600)
+    assert response.status_code == 200, f"{response.status_code} {response.text[:500]}\n{server.log()}"
+    got, want = response.json(), reference["explanations"][0]
+    assert got["words"] == want["words"] and len(got["importances"]) == len(want["words"]) == 8  # [CLS] 6 [SEP]
+    assert max(abs(x) for x in want["importances"]) > 1e-3  # attributions worth comparing
+    np.testing.assert_allclose(got["importances"], want["importances"], atol=EXPLAIN_TOL, rtol=0)
+    np.testing.assert_allclose(got["delta"], want["delta"], atol=EXPLAIN_TOL, rtol=0)
