@@ -73,13 +73,13 @@ def stand_in_tokenizer(hub: Path) -> Path:
     return snapshot
 
 
-def handler_on_torch(base: Path, mar: Path, leg_env: dict[str, str]) -> dict:
-    """hf_handler_reference.py's answers for the TEXTS, on the archive's files (extracted as the worker has them)."""
+def handler_on_torch(base: Path, mar: Path, leg_env: dict[str, str], bodies: list[str], explain: list[str]) -> dict:
+    """hf_handler_reference.py's answers for these request bodies (and explanations), on the archive's files
+    (extracted as the worker has them)."""
     folder = base / "reference"
     with zipfile.ZipFile(mar) as z:
         z.extractall(folder)
-    job = {"bodies": [json.dumps({"text": t, "target": 1}) for t in TEXTS], "explain": [EXPLAINED]}
-    (base / "job.json").write_text(json.dumps(job))
+    (base / "job.json").write_text(json.dumps({"bodies": bodies, "explain": explain}))
     env = {**os.environ, **leg_env}
     done = subprocess.run([sys.executable, str(HERE / "hf_handler_reference.py"), str(folder), str(base / "job.json"),
                            str(base / "reference.json")], cwd=folder, env=env, capture_output=True, text=True,
@@ -109,7 +109,8 @@ def served(tmp_path_factory):
             f"{src / 'Seq_classification_artifacts' / 'index_to_name.json'}")  # fmt: skip
     leg_env = {"PYTHONPATH": str(LEG), "HF_HUB_CACHE": str(base / "hf" / "hub"), "HF_HUB_OFFLINE": "1",
                "MPLBACKEND": "Agg"}  # fmt: skip  # the workers' transformers 4.51 and captum (serve's root first)
-    reference = handler_on_torch(base, store / "BERTSeqClassification.mar", leg_env)
+    reference = handler_on_torch(base, store / "BERTSeqClassification.mar", leg_env,
+                                 [json.dumps({"text": t, "target": 1}) for t in TEXTS], [EXPLAINED])  # fmt: skip
     with pytest.MonkeyPatch.context() as env:
         for key, value in leg_env.items():
             env.setenv(key, value)
