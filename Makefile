@@ -40,7 +40,7 @@ $(VENV)/.test: pyproject.toml setup.py $(NATIVE) | $(BIN)/python
 	$(BIN)/pip install -q --no-deps --target $(VENV)/transformers451 $(TRANSFORMERS451)
 	touch $@ $(VENV)/.runtime
 
-# the example archives (digits, minilm, resnet18) into model_store/, rebuilt only when their sources change
+# the example archives (digits, minilm, tinychat, resnet18) into model_store/, rebuilt only when their sources change
 model_store: $(VENV)/.runtime
 	$(BIN)/python examples/build_model_store.py --model-store model_store
 
