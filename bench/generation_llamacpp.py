@@ -170,6 +170,10 @@ def paired_rounds(build: dict[str, Any], folder: Path, family: str, serve_port: 
     return result
 
 
+def rounds_of(summary: dict[str, Any]) -> str:
+    return ", ".join(f"{x:g}" for x in summary.get("tokens_per_s_all", []))
+
+
 def section(model: dict[str, Any]) -> str:
     """The llama.cpp paragraph and table of one model's result (bench/generation.py's), to follow its report."""
     result, rounds = model["llamacpp"], model["llamacpp"]["rounds"]
@@ -178,19 +182,21 @@ def section(model: dict[str, Any]) -> str:
              f"(bench/llamacpp_build.sh: CPU, Release, GGML_NATIVE; version {result.get('build_info', '?')}), GGUF "
              f"converted from the same folder by its convert_hf_to_gguf.py, {result['slots']} parallel slots, "
              f"threads as named (serve: 2); the same client and prompts, paired rounds ({rounds}: serve's level, "
-             "then llama.cpp's), medians; ratios are serve / llama.cpp, medians of the per-round ratios "
+             "then llama.cpp's), medians (tokens/s: each round's in brackets); ratios are serve / llama.cpp, "
+             "medians of the per-round ratios "
              "(tokens/s: above 1 is serve faster; TTFT and ITL: below 1 is serve faster).", ""]  # fmt: skip
     lines += ["| llama.cpp weights, threads | GGUF MiB | concurrency | serve tok/s | llama.cpp tok/s | tok/s ratio "
               "| serve TTFT p50 ms | llama.cpp TTFT p50 ms | TTFT ratio | serve ITL p50 ms | llama.cpp ITL p50 ms "
-              "| ITL ratio | errors (serve, llama.cpp) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+              "| ITL ratio | ITL p99 ms (serve, llama.cpp) | errors (serve, llama.cpp) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for outtype, run in result["runs"].items():
         for row in run["rows"]:
             s, g = row["serve"], row["llamacpp"]
             lines.append(f"| {outtype} | {run['gguf_bytes'] / 2**20:.0f} | {row['concurrency']} | "
-                         f"{s['tokens_per_s']:.1f} | {g['tokens_per_s']:.1f} | {row['ratio_tokens_per_s']:.2f} | "
+                         f"{s['tokens_per_s']:.1f} ({rounds_of(s)}) | {g['tokens_per_s']:.1f} ({rounds_of(g)}) | "
+                         f"{row['ratio_tokens_per_s']:.2f} | "
                          f"{s['ttft_p50_ms']:.0f} | {g['ttft_p50_ms']:.0f} | {row['ratio_ttft_p50']:.2f} | "
                          f"{s['itl_p50_ms']:.1f} | {g['itl_p50_ms']:.1f} | {row['ratio_itl_p50']:.2f} | "
-                         f"{s['errors']}, {g['errors']} |")  # fmt: skip
+                         f"{s['itl_p99_ms']:.0f}, {g['itl_p99_ms']:.0f} | {s['errors']}, {g['errors']} |")  # fmt: skip
     lines += ["", f"serve's dtype in these rows: {model['dtype']}."]
     return "\n".join(lines)
