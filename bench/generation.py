@@ -302,8 +302,12 @@ def main() -> None:
     p.add_argument("--skip-loadgen", action="store_true")
     p.add_argument("--llamacpp", type=Path, help="the llama.cpp build (default: bench/out/llamacpp when built)")
     p.add_argument("--skip-llamacpp", action="store_true")
-    p.add_argument("--llamacpp-runs", nargs="+", default=["f32:2", "f32:1", "bf16:1", "q8_0:1"],
-                   help="llama-server runs as WEIGHTS:THREADS (weights f32, bf16 or q8_0)")
+    p.add_argument(
+        "--llamacpp-runs",
+        nargs="+",
+        default=["f32:2", "f32:1", "bf16:1", "q8_0:1"],
+        help="llama-server runs as WEIGHTS:THREADS (weights f32, bf16 or q8_0)",
+    )
     p.add_argument("--llamacpp-rounds", type=int, default=3, help="paired rounds (serve, then llama.cpp)")
     p.add_argument("--write", action="store_true", help="write the table into bench/RESULTS.md")
     p.add_argument("--from-json", action="store_true", help="only re-render the saved runs of --model")
