@@ -80,3 +80,27 @@ def _validate_trainable_layers(is_trained: bool, trainable_backbone_layers: int 
     if not is_trained:
         return max_value
     return default_value if trainable_backbone_layers is None else trainable_backbone_layers
+
+
+def _resnet50_fpn_detector(model_class: Callable[..., nn.Module], weights_enum: Any, weights: Any, progress: bool,
+                           num_classes: int | None, weights_backbone: Any, trainable_backbone_layers: int | None,
+                           kwargs: dict[str, Any], **extractor: Any) -> Any:  # fmt: skip
+    """What torchvision's `*_resnet50_fpn` builders share: the COCO weights (which fix num_classes and drop the
+    backbone's), the trainable layers, a ResNet-50 with frozen batch norm when trained, its FPN (`extractor`: the
+    returned layers and extra blocks), the model, then the weights loaded."""
+    from serve.compat.torchvision.models._utils import _ovewrite_value_param
+
+    weights = weights_enum.verify(weights)
+    if weights is not None:
+        weights_backbone = None
+        num_classes = _ovewrite_value_param("num_classes", num_classes, len(weights.meta["categories"]))
+    elif num_classes is None:
+        num_classes = 91
+    is_trained = weights is not None or weights_backbone is not None
+    trainable = _validate_trainable_layers(is_trained, trainable_backbone_layers, 5, 3)
+    norm_layer = FrozenBatchNorm2d if is_trained else nn.BatchNorm2d
+    backbone = resnet.resnet50(weights=weights_backbone, progress=progress, norm_layer=norm_layer)
+    model = model_class(_resnet_fpn_extractor(backbone, trainable, **extractor), num_classes=num_classes, **kwargs)
+    if weights is not None:
+        model.load_state_dict(weights.get_state_dict(progress=progress))
+    return model

@@ -17,16 +17,14 @@ import numpy as np
 import serve
 import serve.nn.functional as F
 from serve import nn
-from serve.compat.torchvision.models._utils import _ovewrite_value_param
 from serve.compat.torchvision.models.detection._weights import coco_weights
 from serve.compat.torchvision.models.detection.anchor_utils import AnchorGenerator
-from serve.compat.torchvision.models.detection.backbone_utils import _resnet_fpn_extractor, _validate_trainable_layers
+from serve.compat.torchvision.models.detection.backbone_utils import _resnet50_fpn_detector
 from serve.compat.torchvision.models.detection.roi_heads import RoIHeads
 from serve.compat.torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from serve.compat.torchvision.models.detection.transform import GeneralizedRCNNTransform
-from serve.compat.torchvision.models.resnet import ResNet50_Weights, resnet50
+from serve.compat.torchvision.models.resnet import ResNet50_Weights
 from serve.compat.torchvision.ops.poolers import MultiScaleRoIAlign
-from serve.zoo.frozen_bn import FrozenBatchNorm2d
 
 __all__ = ["FastRCNNPredictor", "FasterRCNN", "FasterRCNN_ResNet50_FPN_Weights", "TwoMLPHead",
            "fasterrcnn_resnet50_fpn"]  # fmt: skip
@@ -130,17 +128,13 @@ def fasterrcnn_resnet50_fpn(*, weights: Any = None, progress: bool = True, num_c
                             weights_backbone: Any = ResNet50_Weights.IMAGENET1K_V1,  # type: ignore[attr-defined]
                             trainable_backbone_layers: int | None = None, **kwargs: Any) -> FasterRCNN:  # fmt: skip
     """Faster R-CNN with a ResNet-50-FPN backbone (weights only from the local torch hub cache)."""
-    weights = FasterRCNN_ResNet50_FPN_Weights.verify(weights)
-    if weights is not None:
-        weights_backbone = None
-        num_classes = _ovewrite_value_param("num_classes", num_classes, len(weights.meta["categories"]))
-    elif num_classes is None:
-        num_classes = 91
-    is_trained = weights is not None or weights_backbone is not None
-    trainable = _validate_trainable_layers(is_trained, trainable_backbone_layers, 5, 3)
-    norm_layer = FrozenBatchNorm2d if is_trained else nn.BatchNorm2d
-    backbone = resnet50(weights=weights_backbone, progress=progress, norm_layer=norm_layer)
-    model = FasterRCNN(_resnet_fpn_extractor(backbone, trainable), num_classes=num_classes, **kwargs)
-    if weights is not None:
-        model.load_state_dict(weights.get_state_dict(progress=progress))
-    return model
+    return _resnet50_fpn_detector(
+        FasterRCNN,
+        FasterRCNN_ResNet50_FPN_Weights,
+        weights,
+        progress,
+        num_classes,
+        weights_backbone,
+        trainable_backbone_layers,
+        kwargs,
+    )

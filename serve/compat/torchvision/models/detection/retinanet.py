@@ -18,16 +18,14 @@ import numpy as np
 
 import serve
 from serve import nn
-from serve.compat.torchvision.models._utils import _ovewrite_value_param
 from serve.compat.torchvision.models.detection._boxes import BoxCoder
 from serve.compat.torchvision.models.detection._weights import coco_weights
 from serve.compat.torchvision.models.detection.anchor_utils import AnchorGenerator
-from serve.compat.torchvision.models.detection.backbone_utils import _resnet_fpn_extractor, _validate_trainable_layers
+from serve.compat.torchvision.models.detection.backbone_utils import _resnet50_fpn_detector
 from serve.compat.torchvision.models.detection.rpn import _flatten, batched_nms_np
 from serve.compat.torchvision.models.detection.transform import GeneralizedRCNNTransform
-from serve.compat.torchvision.models.resnet import ResNet50_Weights, resnet50
+from serve.compat.torchvision.models.resnet import ResNet50_Weights
 from serve.zoo.fpn import LastLevelP6P7
-from serve.zoo.frozen_bn import FrozenBatchNorm2d
 from serve.zoo.layers import Conv2dNormActivation
 
 __all__ = ["RetinaNet", "RetinaNetHead", "RetinaNet_ResNet50_FPN_Weights", "retinanet_resnet50_fpn"]
@@ -161,18 +159,15 @@ def retinanet_resnet50_fpn(*, weights: Any = None, progress: bool = True, num_cl
                            weights_backbone: Any = ResNet50_Weights.IMAGENET1K_V1,  # type: ignore[attr-defined]
                            trainable_backbone_layers: int | None = None, **kwargs: Any) -> RetinaNet:  # fmt: skip
     """RetinaNet with a ResNet-50-FPN backbone (P3-P7; weights only from the local torch hub cache)."""
-    weights = RetinaNet_ResNet50_FPN_Weights.verify(weights)
-    if weights is not None:
-        weights_backbone = None
-        num_classes = _ovewrite_value_param("num_classes", num_classes, len(weights.meta["categories"]))
-    elif num_classes is None:
-        num_classes = 91
-    is_trained = weights is not None or weights_backbone is not None
-    trainable = _validate_trainable_layers(is_trained, trainable_backbone_layers, 5, 3)
-    norm_layer = FrozenBatchNorm2d if is_trained else nn.BatchNorm2d
-    backbone = resnet50(weights=weights_backbone, progress=progress, norm_layer=norm_layer)
-    body = _resnet_fpn_extractor(backbone, trainable, returned_layers=[2, 3, 4], extra_blocks=LastLevelP6P7(256, 256))
-    model = RetinaNet(body, num_classes, **kwargs)
-    if weights is not None:
-        model.load_state_dict(weights.get_state_dict(progress=progress))
-    return model
+    return _resnet50_fpn_detector(
+        RetinaNet,
+        RetinaNet_ResNet50_FPN_Weights,
+        weights,
+        progress,
+        num_classes,
+        weights_backbone,
+        trainable_backbone_layers,
+        kwargs,
+        returned_layers=[2, 3, 4],
+        extra_blocks=LastLevelP6P7(256, 256),
+    )
