@@ -128,13 +128,5 @@ def fasterrcnn_resnet50_fpn(*, weights: Any = None, progress: bool = True, num_c
                             weights_backbone: Any = ResNet50_Weights.IMAGENET1K_V1,  # type: ignore[attr-defined]
                             trainable_backbone_layers: int | None = None, **kwargs: Any) -> FasterRCNN:  # fmt: skip
     """Faster R-CNN with a ResNet-50-FPN backbone (weights only from the local torch hub cache)."""
-    return _resnet50_fpn_detector(
-        FasterRCNN,
-        FasterRCNN_ResNet50_FPN_Weights,
-        weights,
-        progress,
-        num_classes,
-        weights_backbone,
-        trainable_backbone_layers,
-        kwargs,
-    )
+    return _resnet50_fpn_detector(FasterRCNN, FasterRCNN_ResNet50_FPN_Weights, weights, progress, num_classes,
+                                  weights_backbone, trainable_backbone_layers, kwargs)  # fmt: skip

@@ -159,15 +159,6 @@ def retinanet_resnet50_fpn(*, weights: Any = None, progress: bool = True, num_cl
                            weights_backbone: Any = ResNet50_Weights.IMAGENET1K_V1,  # type: ignore[attr-defined]
                            trainable_backbone_layers: int | None = None, **kwargs: Any) -> RetinaNet:  # fmt: skip
     """RetinaNet with a ResNet-50-FPN backbone (P3-P7; weights only from the local torch hub cache)."""
-    return _resnet50_fpn_detector(
-        RetinaNet,
-        RetinaNet_ResNet50_FPN_Weights,
-        weights,
-        progress,
-        num_classes,
-        weights_backbone,
-        trainable_backbone_layers,
-        kwargs,
-        returned_layers=[2, 3, 4],
-        extra_blocks=LastLevelP6P7(256, 256),
-    )
+    return _resnet50_fpn_detector(RetinaNet, RetinaNet_ResNet50_FPN_Weights, weights, progress, num_classes,
+                                  weights_backbone, trainable_backbone_layers, kwargs, returned_layers=[2, 3, 4],
+                                  extra_blocks=LastLevelP6P7(256, 256))  # fmt: skip
