@@ -49,6 +49,7 @@ class Settings:
 
     # models
     model_store: Path | None = None
+    workflow_store: Path | None = None  # where POST /workflows finds .war files (None: the model store)
     load_models: tuple[str, ...] = ()  # ("all",) or archive / "name=archive" entries (values.split_model_entry)
     # per-model overrides {name: {version: {defaultVersion, marName, minWorkers, maxWorkers, batchSize, ...}}}
     models: dict[str, Any] = field(default_factory=dict)
@@ -88,6 +89,8 @@ class Settings:
     limit_max_image_pixels: bool = True
     number_of_gpu: int = 0  # load_settings: the visible GPUs unless configured (TorchServe's default)
     enable_envvars_config: bool = False
+    # pip-install an archive's requirementsFile for its workers only, at registration (serve/management/requirements.py)
+    install_py_dep_per_model: bool = False
 
     # --- not TorchServe keys ---
     key_file: Path = Path("key_file.json")  # token keys (TorchServe: ./key_file.json, fixed)

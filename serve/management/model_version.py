@@ -50,6 +50,8 @@ from serve.errors import InvalidInput, ModelNotReady
 from serve.management.config_keys import unsupported_keys
 from serve.management.continuous import DEFAULT_MAX_IN_FLIGHT
 from serve.management.memory import MemoryLimit
+from serve.management.sequences import SequenceRouter, SequenceSettings, sequence_settings
+from serve.management.requirements import remove_deps
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
 from serve.metrics import ServerMetrics
@@ -92,6 +94,7 @@ class VersionConfig:
     memory_limit: int | None = None  # bytes per worker (0: none; None: worker_memory_limit, or its default)
     ignored_keys: tuple[str, ...] = ()  # TorchServe model-config keys serve ignores (config_keys.py)
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests sent and unanswered per continuous worker
+    sequence: SequenceSettings | None = None  # sequenceBatching: true (serve/management/sequences.py)
 
 
 def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[str, Any],
@@ -125,6 +128,7 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         gpu_memory_fraction=_memory_fraction(yaml, where),
         optimize=_optimize(yaml, where),
         ignored_keys=ignored,
+        sequence=sequence_settings(yaml, where),
     )
 
 
@@ -205,8 +209,9 @@ class ModelVersion:
     def __init__(self, name: str, archive: ModelArchive, url: str, config: VersionConfig, settings: Settings,
                  metrics: ServerMetrics, next_id: Callable[[], str], *, handler: str | None = None,
                  loaded_at_startup: bool = False, downloaded: Path | None = None,
-                 workers_running: Callable[[], int] | None = None) -> None:  # fmt: skip
+                 workers_running: Callable[[], int] | None = None, deps_dir: Path | None = None) -> None:  # fmt: skip
         self.name, self.archive, self.url, self.config = name, archive, url, config
+        self.deps_dir = deps_dir  # its installed requirements (serve/management/requirements.py), removed on close
         self.version = archive.model_version
         self.loaded_at_startup, self.downloaded = loaded_at_startup, downloaded
         full = (f'Model "{name}" Version: {self.version} has {config.job_queue_size} requests waiting: its job '
@@ -216,13 +221,17 @@ class ModelVersion:
         spec = WorkerSpec(name, self.version, archive.model_dir.resolve(), handler, config.batch_size,
                           config.startup_timeout, settings.max_request_size, settings.max_response_size,
                           settings.limit_max_image_pixels, config.threads, settings.worker_heartbeat_interval,
-                          settings.worker_heartbeat_misses, settings.metrics_config)  # fmt: skip
+                          settings.worker_heartbeat_misses, settings.metrics_config, deps_dir)  # fmt: skip
         pool_settings = PoolSettings(config.response_timeout, config.max_retry_timeout,
                                      settings.unregister_model_timeout, config.gpu_ids,
                                      config.max_in_flight)  # fmt: skip
         configured = settings.worker_memory_limit if config.memory_limit is None else config.memory_limit
         memory_limit = MemoryLimit(configured, workers_running or (lambda: self.pool.active))
         self.pool = WorkerPool(spec, self.queue, self.batcher, metrics, pool_settings, next_id, memory_limit)
+        self.sequences: SequenceRouter | None = None
+        if config.sequence is not None:  # before any worker starts: each gets its own queue
+            self.pool.pin_sequences()
+            self.sequences = SequenceRouter(name, self.version, config.sequence, self.pool.sequence_slots)
 
     def scale(self, min_workers: int, max_workers: int) -> list[asyncio.Future[None]]:
         self.config = replace(self.config, min_workers=min_workers, max_workers=max_workers)
@@ -236,8 +245,12 @@ class ModelVersion:
             try:
                 async with asyncio.timeout(timeout):
                     await self.queue.drained()
+                    if self.sequences is not None:
+                        await self.sequences.drained()
             except TimeoutError:
                 drained = False
+        if self.sequences is not None:
+            self.sequences.close(lambda: ModelNotReady(f"Model {self.name} version {self.version} was unregistered"))
         await self.pool.stop(timeout if drained else 5.0)
         self.queue.fail_all(lambda: ModelNotReady(f"Model {self.name} version {self.version} was unregistered"))
         await asyncio.to_thread(self._remove_files)
@@ -245,6 +258,7 @@ class ModelVersion:
 
     def _remove_files(self) -> None:
         self.archive.close()
+        remove_deps(self.deps_dir)
         if self.downloaded is not None:
             with contextlib.suppress(OSError):
                 self.downloaded.unlink()
@@ -271,6 +285,7 @@ class ModelVersion:
         out.update({
             "continuousBatching": self.pool.continuous, "useJobTicket": False, "useVenv": False, "stateful": False,
             "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0, "maxNumSequence": 1, "maxSequenceJobQueueSize": 1,
+            **(self.sequences.describe() if self.sequences is not None else {}),
             "loadedAtStartup": self.loaded_at_startup, "workers": self.pool.describe_workers(),
             "jobQueueStatus": {"remainingCapacity": self.queue.remaining_capacity, "pendingRequests": len(self.queue)},
         })  # fmt: skip

@@ -56,6 +56,8 @@ from serve.errors import (
 from serve.management.admission import ExtractionBudget, check_handler
 from serve.management.limits import check_worker_counts
 from serve.management.model_version import ModelVersion, check_params, resolve_config
+from serve.management.requirements import install_requirements, remove_deps
+from serve.management.sequences import SEQUENCE_ID
 from serve.management.snapshot import write_snapshot
 from serve.management.startup import check_snapshot_archives, load_models, snapshot_defaults, snapshot_models
 from serve.management.urls import resolve_url
@@ -85,6 +87,8 @@ class ModelRegistry:
         self._started = False  # start() registered the startup models: a shutdown snapshot then records the models
         self._refused: list[str] = []  # startup models that could not be registered: the start is refused
         self._budget = ExtractionBudget(settings.max_extracted_bytes_total)
+        self._unsaved: set[str] = set()  # models left out of snapshots (a workflow's nodes: serve/workflows)
+        self._unlisted: set[str] = set()  # models made by the server, not from a url: not in GET /models
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -163,16 +167,24 @@ class ModelRegistry:
     async def register(self, url: str, *, model_name: str | None = None, handler: str | None = None,
                        runtime: str | None = None, batch_size: int | None = None, max_batch_delay: int | None = None,
                        initial_workers: int | None = None, synchronous: bool = True,
-                       response_timeout: int | None = None, startup_timeout: int | None = None) -> str:  # fmt: skip
-        """Register the archive at `url`; TorchServe's status message (see spec section 2.1)."""
+                       response_timeout: int | None = None, startup_timeout: int | None = None,
+                       local_path: Path | None = None, snapshot: bool = True) -> str:  # fmt: skip
+        """Register the archive at `url`; TorchServe's status message (see spec section 2.1). The server's own
+        callers (workflows) may give `local_path`, a model directory the server made, used as it is (not resolved
+        against the model store; the model is not listed), and `snapshot=False` to keep the model out of
+        snapshots."""
         if url is None:
             raise InvalidInput("Parameter url is required.")
         _check_runtime(runtime)
         params = {"batch_size": batch_size, "max_batch_delay": max_batch_delay, "initial_workers": initial_workers,
                   "response_timeout": response_timeout, "startup_timeout": startup_timeout}  # fmt: skip
         check_params(params)
-        mv = await self._add(url, model_name, handler, runtime, params)
+        mv = await self._add(url, model_name, handler, runtime, params, local_path=local_path)
         name, version = mv.name, mv.version
+        if not snapshot:
+            self._unsaved.add(name)
+        if local_path is not None:
+            self._unlisted.add(name)
         low, high = _worker_names(params)
         try:
             started = self._scale(mv, (low, mv.config.min_workers), (high, mv.config.max_workers))
@@ -266,7 +278,7 @@ class ModelRegistry:
         while models are removed expects (the dataplane checks the rest)."""
         limit = 100 if limit > 100 or limit < 0 else limit
         start = max(next_page_token, 0)
-        names = sorted(self._models)
+        names = sorted(n for n in self._models if n not in self._unlisted)
         out: dict[str, Any] = {}
         if start + limit < len(names):
             out["nextPageToken"] = str(start + limit)
@@ -283,6 +295,11 @@ class ModelRegistry:
         if self._closing or not mv.pool.can_serve() or mv.pool.loading_fails():
             raise no_worker_error(f'"{name}"' + (f" Version {version}" if version else ""), mv.pool.load_error())
         job = Job.create(request)
+        if mv.sequences is not None:  # a stateful model: the job goes to its sequence's worker
+            sequence_id = mv.sequences.submit(job)
+            response = await job.future
+            response.headers.setdefault(SEQUENCE_ID, sequence_id)
+            return response
         mv.queue.put(job)
         self.metrics.queue_depth(name, mv.version, len(mv.queue))
         return await job.future  # a cancelled caller cancels the job: the batcher drops it
@@ -316,7 +333,7 @@ class ModelRegistry:
     def snapshot(self) -> dict[str, Any]:
         """TorchServe's snapshot `models` structure: {name: {version: {defaultVersion, marName, ...}}}."""
         return {name: {v: mv.snapshot_entry(v == self._defaults.get(name)) for v, mv in versions.items()}
-                for name, versions in self._models.items()}  # fmt: skip
+                for name, versions in self._models.items() if name not in self._unsaved}  # fmt: skip
 
     # ---- internals ---------------------------------------------------------------------------------------------
 
@@ -334,20 +351,23 @@ class ModelRegistry:
         return mv
 
     async def _add(self, url: str, model_name: str | None, handler: str | None, runtime: str | None,
-                   params: dict[str, Any], loaded_at_startup: bool = False) -> ModelVersion:  # fmt: skip
+                   params: dict[str, Any], loaded_at_startup: bool = False,
+                   local_path: Path | None = None) -> ModelVersion:  # fmt: skip
         """Open the archive and register its version (no workers yet); 409 when that version exists."""
-        path, downloaded = await resolve_url(url, self.settings)
+        path, downloaded = (local_path, False) if local_path is not None else await resolve_url(url, self.settings)
         try:
             archive = await self._budget.open(path)
         except BaseException:
             if downloaded:
                 path.unlink(missing_ok=True)
             raise
+        deps: Path | None = None
         try:
             name = model_name or archive.model_name
             check_model_name(name)
             if handler is not None:
                 check_handler(archive, handler)
+            deps = await asyncio.to_thread(install_requirements, archive, name, self.settings)
             async with self._lock:
                 if archive.model_version in self._models.get(name, {}):
                     raise _with_code(InvalidInput(f"Model version {archive.model_version} is already registered for "
@@ -360,11 +380,12 @@ class ModelRegistry:
                 mv = ModelVersion(name, archive, url, config, self.settings, self.metrics, self._next_id,
                                   handler=handler, loaded_at_startup=loaded_at_startup,
                                   downloaded=path if downloaded else None,
-                                  workers_running=lambda: self._workers_except(None))  # fmt: skip
+                                  workers_running=lambda: self._workers_except(None), deps_dir=deps)  # fmt: skip
                 self._models.setdefault(name, {})[mv.version] = mv
                 self._defaults.setdefault(name, mv.version)
         except BaseException:
             self._budget.release(archive)
+            await asyncio.to_thread(remove_deps, deps)
             await asyncio.to_thread(_discard, archive, path if downloaded else None)
             raise
         return mv
@@ -376,6 +397,8 @@ class ModelRegistry:
         if not versions:
             del self._models[name]
             del self._defaults[name]
+            self._unsaved.discard(name)
+            self._unlisted.discard(name)
         self._save()
         drained = await mv.close(self.settings.unregister_model_timeout)
         self._budget.release(mv.archive)

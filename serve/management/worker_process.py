@@ -70,6 +70,7 @@ class WorkerSpec:
     heartbeat_interval: float = 5.0  # s between the worker's beats
     heartbeat_misses: int = 4  # beats a READY worker may miss before it is taken for hung
     metrics_config: Path | None = None  # TorchServe's metrics YAML (absolute): its model metrics, made in the worker
+    deps_dir: Path | None = None  # the model's pip-installed requirements, first on PYTHONPATH after serve's root
 
 
 class WorkerProcess:
@@ -284,7 +285,8 @@ class WorkerProcess:
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
         root = str(Path(serve.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        deps = str(self.spec.deps_dir) if self.spec.deps_dir else ""  # serve/management/requirements.py
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, deps, env.get("PYTHONPATH", "")) if p)
         if self.spec.threads:
             for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
                 env[key] = str(self.spec.threads)
