@@ -106,7 +106,8 @@ NO_EFFECT: dict[str, str] = {
     "metric_time_interval": _UNSUPPORTED,
     "ts_open_inference_protocol": _UNSUPPORTED + " yet (the Open Inference Protocol comes with gRPC)",
     "ts_header_key_sequence_id": "sequence batching uses TorchServe's default header name, ts_request_sequence_id",
-    "ts_header_key_sequence_start": "sequence batching uses TorchServe's default header name, ts_request_sequence_start",
+    "ts_header_key_sequence_start": "sequence batching uses TorchServe's default header name, "
+    "ts_request_sequence_start",
     "ts_header_key_sequence_end": "sequence batching uses TorchServe's default header name, ts_request_sequence_end",
     "ipex_enable": "Intel extensions for PyTorch do not apply: serve does not run PyTorch",
     "ipex_gpu_enable": "Intel extensions for PyTorch do not apply: serve does not run PyTorch",

@@ -50,8 +50,8 @@ from serve.errors import InvalidInput, ModelNotReady
 from serve.management.config_keys import unsupported_keys
 from serve.management.continuous import DEFAULT_MAX_IN_FLIGHT
 from serve.management.memory import MemoryLimit
-from serve.management.sequences import SequenceRouter, SequenceSettings, sequence_settings
 from serve.management.requirements import remove_deps
+from serve.management.sequences import SequenceRouter, SequenceSettings, sequence_settings
 from serve.management.worker_process import WorkerSpec
 from serve.management.workers import PoolSettings, WorkerPool
 from serve.metrics import ServerMetrics

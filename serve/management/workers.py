@@ -89,6 +89,8 @@ class WorkerSlot:
         self.load_failed = False  # its last attempt to load the model failed (it has not been READY since)
         self.warned_memory = False  # the log said once that its process loaded over the memory limit
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue: JobQueue | None = None  # its own queue, with its batcher, when sequences are pinned to it
+        self.batcher: Batcher | None = None
         self.task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[Any] | None = None
 
@@ -130,6 +132,16 @@ class WorkerPool:
         self._gpus = itertools.cycle(settings.gpu_ids) if settings.gpu_ids else None
         self._starts = asyncio.Semaphore(START_CONCURRENCY)
 
+        self._pinned = False
+
+    def pin_sequences(self) -> None:
+        """Give every worker its own job queue, fed by the sequences pinned to it (serve/management/sequences.py);
+        the pool's queue then carries only what any worker may answer (customized describe)."""
+        self._pinned = True
+
+    def sequence_slots(self) -> list[WorkerSlot]:
+        """The workers a sequence may be pinned to: running or (re)starting, not stopping, with their own queue."""
+        return [s for s in self.slots if not s.stopping and s.state != FAILED and s.queue is not None]
     @property
     def live(self) -> int:
         return sum(1 for s in self.slots if s.state == READY)
@@ -233,6 +245,9 @@ class WorkerPool:
     def _add_slot(self) -> WorkerSlot:
         slot = WorkerSlot(self._next_id(), next(self._gpus) if self._gpus else None)
         self.slots.append(slot)
+        if self._pinned:  # at most one job per sequence is in it: never full
+            slot.queue = JobQueue(1 << 30)
+            slot.batcher = Batcher(slot.queue, self.batcher.batch_size, self.batcher.max_batch_delay_s * 1000)
         slot.task = asyncio.create_task(self._run(slot), name=f"worker {self.spec.model_name} {slot.id}")
         return slot
 
@@ -287,6 +302,7 @@ class WorkerPool:
         worker.on_exit(slot.wake)
         worker.on_exit(self._report)
         try:
+        started = time.monotonic()
             await worker.start()
         except (ModelLoadError, WorkerError, OSError) as e:
             if slot.stopping:  # killed on purpose while loading (unregister, scale down): not a failure
@@ -304,6 +320,7 @@ class WorkerPool:
         slot.first_load(None)
         name, version, reader = self.spec.model_name, self.spec.version, worker.memory_usage
         if worker.load_metrics:
+        self.metrics.worker_load_time(f"W-{slot.id}-{name}_{version}", (time.monotonic() - started) * 1000)
             self.metrics.backend_metrics(name, version, worker.load_metrics)
         self.metrics.watch_worker_memory(name, version, slot.id, reader)
         worker.on_exit(lambda: self.metrics.forget_worker_memory(name, version, slot.id, reader))
@@ -317,14 +334,16 @@ class WorkerPool:
         if worker.continuous:
             return await self._serve_continuous(slot, worker)
         while not slot.stopping and worker.alive:
-            await slot.wait(self.queue.waiter())
+            await slot.wait(_either(self.queue, slot.queue))
             if slot.stopping or not worker.alive:
                 break
-            batch = await self.batcher.collect(max(self.live, 1))
+            own = slot.queue is not None and slot.batcher is not None and len(slot.queue) > 0
+            queue, batcher = (slot.queue, slot.batcher) if own else (self.queue, self.batcher)
+            batch = await batcher.collect(1 if own else max(self.live, 1))  # type: ignore[union-attr]
             if not batch:
                 continue
             if not worker.alive:
-                self.queue.requeue(batch)
+                queue.requeue(batch)  # type: ignore[union-attr]
                 break
             if not await self._dispatch(slot, worker, batch):
                 return False
@@ -341,7 +360,8 @@ class WorkerPool:
     async def _serve_continuous(self, slot: WorkerSlot, worker: WorkerProcess) -> bool:
         """A continuous worker's loop (continuous.py) instead of batches; False when its process was lost."""
         name, version = self.spec.model_name, self.spec.version
-        dispatch = ContinuousDispatch(worker, self.queue, self.settings.max_in_flight, self.settings.response_timeout,
+        queue = slot.queue or self.queue
+        dispatch = ContinuousDispatch(worker, queue, self.settings.max_in_flight, self.settings.response_timeout,
                                       self._sent, lambda records: self.metrics.backend_metrics(name, version, records),
                                       )  # fmt: skip
         slot.busy = True
@@ -396,7 +416,9 @@ class WorkerPool:
             (log.warning if slot.stopping else log.error)("model %s version %s: %s", name, version, reply)
             await worker.wait_exit(10.0)
             return False
-        self.metrics.handler_time(name, version, float(reply.get("handler_ms", 0.0)))
+        handler_ms = float(reply.get("handler_ms", 0.0))
+        self.metrics.handler_time(name, version, handler_ms)
+        self.metrics.worker_thread_time(max(0.0, (time.monotonic() - now) * 1000 - handler_ms))
         if reply.get("metrics"):
             self.metrics.backend_metrics(name, version, reply["metrics"])
         return True
@@ -412,6 +434,9 @@ class WorkerPool:
         slot.first_load(WorkerError(f"worker {slot.id} was stopped before its model loaded"))
         if slot.state != FAILED:
             slot.state = STOPPED
+        if slot.queue is not None:  # its sequences' requests: their state was in this worker
+            lost = f"Model {self.spec.model_name}: worker {slot.id}, which held this request's sequence, stopped"
+            slot.queue.fail_all(lambda: ModelNotReady(f"{lost}: start a new sequence"))
             if slot in self.slots:
                 self.slots.remove(slot)
         if not self.can_serve():
@@ -427,6 +452,23 @@ class WorkerPool:
 
 def no_worker_error(where: str, load_error: str | None) -> ModelNotReady:
     """503 for a model with no worker to serve: with the load error describe shows when its workers failed, else
+def _either(queue: JobQueue, other: JobQueue | None) -> asyncio.Future[None]:
+    """A future done when `queue` or `other` has a job; cancelling it cancels the waits on both."""
+    if other is None:
+        return queue.waiter()
+    waits = [queue.waiter(), other.waiter()]
+    either: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def done(_: Any) -> None:
+        if not either.done():
+            either.set_result(None)
+
+    for wait in waits:
+        wait.add_done_callback(done)
+    either.add_done_callback(lambda _: [w.cancel() for w in waits])
+    return either
+
+
     TorchServe's advice to scale workers."""
     if load_error:
         return ModelNotReady(f"Model {where} has no worker to serve inference request: {load_error}")

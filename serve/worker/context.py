@@ -5,6 +5,10 @@ server_version, limit_max_image_pixels), `model_yaml_config` (the model-config Y
 none), `metrics`. Per batch (`begin_batch`): `request_ids` and one `RequestProcessor` per request holding its
 request headers and the response status and headers the handler sets.
 
+For a stateful model (sequenceBatching) each request's headers hold its sequence: `get_sequence_id(idx)` is its
+`ts_request_sequence_id`, and `ts_request_sequence_start` / `ts_request_sequence_end` are "true" on its first and last
+request (`header_key_sequence_id/start/end` name them, as TorchServe's context does).
+
 Request header names are matched case-insensitively (HTTP header names are), unlike TorchServe's exact match.
 
 Streaming (TorchServe's `send_intermediate_predict_response`): while a batch runs, the worker installs a sink
@@ -21,6 +25,7 @@ from serve.batching.job import InferenceRequest
 from serve.worker.metrics_cache import MetricsCache
 
 SEQUENCE_ID_HEADER = "ts_request_sequence_id"
+SEQUENCE_START_HEADER, SEQUENCE_END_HEADER = "ts_request_sequence_start", "ts_request_sequence_end"
 
 
 class RequestProcessor:
@@ -88,6 +93,10 @@ class Context:
         self.request_ids: dict[int, str] = {}
         self.request_processor: list[RequestProcessor] = []
         self.stopping_criteria = None
+        # TorchServe's names of the sequence headers (stateful models: serve/management/sequences.py sets them)
+        self.header_key_sequence_id = SEQUENCE_ID_HEADER
+        self.header_key_sequence_start = SEQUENCE_START_HEADER
+        self.header_key_sequence_end = SEQUENCE_END_HEADER
         self.cl_socket = None
         # set by the worker while a batch runs: (ret, request_id_map, code) -> one chunk per request of the map
         self.intermediate_sink: Callable[[list[Any], Mapping[int, str], int], None] | None = None

@@ -38,10 +38,10 @@ def handle(data, context):
 
 
 def _stateful_archive(src: Path, store: Path) -> None:
-    """`<store>/stateful.mar`: the lin model with a model-config key serve refuses (sequenceBatching)."""
+    """`<store>/stateful.mar`: the lin model with a model-config key serve refuses (useJobTicket)."""
     src.mkdir(parents=True)
     (src / "model.py").write_text(LIN_MODEL)
-    (src / "model-config.yaml").write_text("sequenceBatching: true\n")
+    (src / "model-config.yaml").write_text("useJobTicket: true\n")
     serve.save(_Lin().state_dict(), src / "lin.pt")
     package("stateful", "1.0", "tensor", model_file=src / "model.py", serialized_file=src / "lin.pt",
             config_file=src / "model-config.yaml", export_path=store, progress=False)  # fmt: skip
@@ -75,7 +75,7 @@ def test_a_startup_model_that_cannot_be_registered_refuses_the_start(tmp_path: P
     log = server.log()
     assert code == 2, log
     assert "serve: startup model(s) could not be registered: gone (missing.mar): " in log, log
-    assert "; stateful (stateful.mar): " in log and "sequenceBatching" in log, log
+    assert "; stateful (stateful.mar): " in log and "useJobTicket" in log, log
     assert 200 not in answers, answers
 
 

@@ -15,7 +15,6 @@ from tests.unit.management.models import CONTROL_HANDLER, model_dir, run, runnin
 @pytest.mark.parametrize(
     "config, key",
     [
-        ("sequenceBatching: true\n", "sequenceBatching"),
         ("stateful: true\n", "stateful"),
         ("useJobTicket: true\n", "useJobTicket"),
         ("asyncCommunication: true\n", "asyncCommunication"),

@@ -235,7 +235,7 @@ def test_a_startup_model_that_cannot_be_registered_refuses_the_start(tmp_path):
     """A missing archive and a refused model-config key: one ConfigError naming both, never healthy, and no
     startup snapshot that would restore the server without them."""
     model_dir(tmp_path, "good", CONTROL_HANDLER)
-    model_dir(tmp_path, "stateful", CONTROL_HANDLER, config="sequenceBatching: true\n")
+    model_dir(tmp_path, "stateful", CONTROL_HANDLER, config="useJobTicket: true\n")
     snapshots = tmp_path / "snapshots"
     load = ("good-1.0", "gone=missing.mar", "stateful-1.0")
 
@@ -247,7 +247,7 @@ def test_a_startup_model_that_cannot_be_registered_refuses_the_start(tmp_path):
                 await registry.start()
             message = str(refused.value)
             assert message.startswith("startup model(s) could not be registered: gone (missing.mar): ")
-            assert "; stateful-1.0: " in message and "sequenceBatching" in message and "good" not in message
+            assert "; stateful-1.0: " in message and "useJobTicket" in message and "good" not in message
             healthy, details = registry.health()
             assert not healthy and "gone (missing.mar)" in details["status"]
         finally:

@@ -1,0 +1,145 @@
+"""TorchServe's stateful example (examples/stateful/sequence_batching), its handler and model unchanged, on a real
+server with two workers: every request of a sequence goes to the worker that holds its state.
+
+The handler keeps a running sum per sequence id in its worker's memory (an LRU), so without routing two workers
+each hold part of a sequence and the README's 1, 2, 3 answers 1, 2, 4 instead of 1, 3, 6. Checked here, with the
+model-config TorchServe's own test uses (test_example_stateful_sequence_batching_http.py): the README's
+1, 3, 6; TorchServe's two interleaved sequences (seq_0 sends 1, 3, 5, 7, 9 and seq_1 2, 4, 6, 8, 10 from two
+threads) answer TorchServe's "1 4 9 16 25" and "2 6 12 20 30"; a request without the id header opens a sequence
+whose id comes back in the `ts_request_sequence_id` header. Two more registrations of the same archive check the
+limits: `maxNumSequence: 2` answers a third sequence 503 (TorchServe's message) until one ends
+(`ts_request_sequence_end: true`), after which that id is a 400; `sequenceMaxIdleMSec: 300` frees an idle
+sequence (describe's openSequences drops to 0) and its id is then a 400 that says it expired.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.examples.ts_files import archive, example_files, torch_import
+from tests.helpers import torch
+from tests.integration.server import ServerProcess
+
+pytestmark = pytest.mark.skipif(torch is None, reason="torch is not installed (it makes the stand-in weights)")
+LRU = Path(__file__).resolve().parent / "stateful_lru" / "lru.py"
+SEQ, START, END = "ts_request_sequence_id", "ts_request_sequence_start", "ts_request_sequence_end"
+# TorchServe's test's model-config (its example's own has sequenceMaxIdleMSec: 10, which TorchServe's test replaces)
+TS_TEST_YAML = """minWorkers: 2
+maxWorkers: 2
+batchSize: 4
+maxNumSequence: 4
+sequenceMaxIdleMSec: 5000
+maxSequenceJobQueueSize: 10
+sequenceBatching: true
+
+handler:
+  cache:
+    capacity: 4
+"""
+CAPPED = (TS_TEST_YAML.replace("Workers: 2", "Workers: 1").replace("maxNumSequence: 4", "maxNumSequence: 2")
+          .replace("sequenceMaxIdleMSec: 5000", "sequenceMaxIdleMSec: 600000"))  # fmt: skip
+IDLE = CAPPED.replace("sequenceMaxIdleMSec: 600000", "sequenceMaxIdleMSec: 300")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ts_stateful")
+    store = base / "store"
+    store.mkdir()
+    src = example_files(base / "examples", "stateful")
+    torch.manual_seed(3)
+    net = torch_import(src / "model.py").Net()
+    torch.save(net.state_dict(), base / "model_cnn.pt")
+    for name, yaml in (("stateful", TS_TEST_YAML), ("capped", CAPPED), ("idle", IDLE)):
+        (base / f"{name}.yaml").write_text(yaml)
+        archive(store, "--model-name", name, "--version", "1.0", "--model-file", str(src / "model.py"),
+                "--serialized-file", str(base / "model_cnn.pt"),
+                "--handler", str(src / "sequence_batching" / "stateful_handler.py"), "--extra-files", str(LRU),
+                "--config-file", str(base / f"{name}.yaml"))  # fmt: skip
+    server = ServerProcess(base / "run", store, "--ncs", "--disable-token-auth", "--models",
+                           "stateful=stateful.mar", "capped=capped.mar", "idle=idle.mar")  # fmt: skip
+    server.start()
+    try:
+        yield server, src
+    finally:
+        server.stop()
+
+
+def predict(server: ServerProcess, model: str, body: bytes, **headers: str) -> httpx.Response:
+    return httpx.post(f"{server.inference}/predictions/{model}", content=body, headers=headers, timeout=300)
+
+
+def test_readme_sequence_answers_1_3_6(served):
+    server, src = served
+    answers = [predict(server, "stateful", (src / "sample" / f"sample{i}.txt").read_bytes(), **{SEQ: "seq_readme"})
+               for i in (1, 2, 3)]  # fmt: skip
+    assert [(r.status_code, r.text) for r in answers] == [(200, "1"), (200, "3"), (200, "6")], server.log()
+    assert all(r.headers[SEQ] == "seq_readme" for r in answers)
+
+
+def test_interleaved_sequences_on_two_workers_are_kept_apart(served):
+    server, _ = served
+    out: dict[str, list[str]] = {}
+
+    def run(sequence_id: str, first: int) -> None:
+        out[sequence_id] = [predict(server, "stateful", str(first + 2 * i).encode(), **{SEQ: sequence_id}).text
+                            for i in range(5)]  # fmt: skip
+
+    threads = [threading.Thread(target=run, args=("seq_0", 1)), threading.Thread(target=run, args=("seq_1", 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert " ".join(out["seq_0"]) == "1 4 9 16 25", server.log()
+    assert " ".join(out["seq_1"]) == "2 6 12 20 30"
+    describe = httpx.get(f"{server.management}/models/stateful", timeout=60).json()[0]
+    assert describe["stateful"] is True and describe["maxNumSequence"] == 4
+    assert describe["sequenceMaxIdleMSec"] == 5000 and describe["maxSequenceJobQueueSize"] == 10
+    assert len(describe["workers"]) == 2
+
+
+def test_a_request_without_an_id_opens_a_sequence_and_gets_its_id(served):
+    server, _ = served
+    first = predict(server, "stateful", b"5")
+    assert first.status_code == 200 and first.text == "5"
+    sequence_id = first.headers[SEQ]
+    assert sequence_id.startswith("ts-seq-")
+    assert predict(server, "stateful", b"6", **{SEQ: sequence_id}).text == "11"
+    assert predict(server, "stateful", b"1", **{SEQ: sequence_id, END: "true"}).text == "12"
+
+
+def test_the_sequence_cap_is_a_503_until_one_ends(served):
+    server, _ = served
+    assert predict(server, "capped", b"1", **{SEQ: "a"}).text == "1"
+    assert predict(server, "capped", b"2", **{SEQ: "b"}).text == "2"
+    refused = predict(server, "capped", b"3", **{SEQ: "c"})
+    assert refused.status_code == 503
+    assert "has no worker to serve inference request" in refused.json()["message"]
+    assert "maxNumSequence=2" in refused.json()["message"]
+    assert predict(server, "capped", b"10", **{SEQ: "a", END: "true"}).text == "11"
+    closed = predict(server, "capped", b"1", **{SEQ: "a"})
+    assert closed.status_code == 400 and "was ended" in closed.json()["message"]
+    assert predict(server, "capped", b"3", **{SEQ: "c"}).text == "3"  # room again
+    restarted = predict(server, "capped", b"7", **{SEQ: "a", START: "true"})
+    assert restarted.status_code == 503  # b and c are open: the cap holds for a restart too
+    assert predict(server, "capped", b"0", **{SEQ: "b", END: "true"}).text == "2"
+    assert predict(server, "capped", b"7", **{SEQ: "a", START: "true"}).text == "18"  # the handler's LRU kept a
+
+
+def test_an_idle_sequence_is_freed_and_its_id_then_refused(served):
+    server, _ = served
+    assert predict(server, "idle", b"4", **{SEQ: "sleepy"}).text == "4"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        describe = httpx.get(f"{server.management}/models/idle", timeout=60).json()[0]
+        if describe["openSequences"] == 0:
+            break
+        time.sleep(0.2)
+    assert describe["openSequences"] == 0, describe
+    expired = predict(server, "idle", b"1", **{SEQ: "sleepy"})
+    assert expired.status_code == 400 and "expired" in expired.json()["message"], expired.text
