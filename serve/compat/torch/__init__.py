@@ -23,6 +23,7 @@ What Hugging Face transformers 5.x touches at import and build (tests/unit/compa
     torch.UntypedStorage                 storage.py: safetensors' memory-mapped loading path
     torch.compiler, torch._dynamo        eager: never compiling, decorators return the function
     torch.compile                        compiler.py: the model unchanged, one warning (the worker plans it)
+    torch.vmap, torch.func.vmap          func.py: a loop, or one broadcast call for transformers' mask expansion
     torch.autocast, torch.amp            never enabled: the model runs in its weights' dtype
     torch.library                        custom_op / register_fake / register_autograd: the Python function runs
     torch.utils._pytree, utils.hooks     flatten/unflatten with registered nodes; RemovableHandle
@@ -50,6 +51,7 @@ from serve.compat.torch import (
     compiler,
     distributed,
     distributions,
+    func,
     fx,
     hub,
     jit,
@@ -62,6 +64,7 @@ from serve.compat.torch import (
 from serve.compat.torch.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from serve.compat.torch.asserts import _assert
 from serve.compat.torch.compiler import compile
+from serve.compat.torch.func import vmap
 from serve.compat.torch.storage import ByteStorage, TypedStorage, UntypedStorage
 from serve.compat.torch.tensor_types import (
     BFloat16Tensor,
@@ -118,6 +121,7 @@ __all__ = [
     "e",
     "float8_e4m3fn",
     "float8_e5m2",
+    "func",
     "fx",
     "get_autocast_dtype",
     "get_default_device",
@@ -136,5 +140,6 @@ __all__ = [
     "uint64",
     "utils",
     "version",
+    "vmap",
     "xpu",
 ]  # fmt: skip
