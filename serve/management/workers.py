@@ -88,9 +88,9 @@ class WorkerSlot:
         self.last_error: str | None = None
         self.load_failed = False  # its last attempt to load the model failed (it has not been READY since)
         self.warned_memory = False  # the log said once that its process loaded over the memory limit
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.queue: JobQueue | None = None  # its own queue, with its batcher, when sequences are pinned to it
         self.batcher: Batcher | None = None
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[Any] | None = None
 
@@ -131,7 +131,6 @@ class WorkerPool:
         self._batch_ids = itertools.count(1)
         self._gpus = itertools.cycle(settings.gpu_ids) if settings.gpu_ids else None
         self._starts = asyncio.Semaphore(START_CONCURRENCY)
-
         self._pinned = False
 
     def pin_sequences(self) -> None:
@@ -142,6 +141,7 @@ class WorkerPool:
     def sequence_slots(self) -> list[WorkerSlot]:
         """The workers a sequence may be pinned to: running or (re)starting, not stopping, with their own queue."""
         return [s for s in self.slots if not s.stopping and s.state != FAILED and s.queue is not None]
+
     @property
     def live(self) -> int:
         return sum(1 for s in self.slots if s.state == READY)
@@ -244,10 +244,10 @@ class WorkerPool:
 
     def _add_slot(self) -> WorkerSlot:
         slot = WorkerSlot(self._next_id(), next(self._gpus) if self._gpus else None)
-        self.slots.append(slot)
         if self._pinned:  # at most one job per sequence is in it: never full
             slot.queue = JobQueue(1 << 30)
             slot.batcher = Batcher(slot.queue, self.batcher.batch_size, self.batcher.max_batch_delay_s * 1000)
+        self.slots.append(slot)
         slot.task = asyncio.create_task(self._run(slot), name=f"worker {self.spec.model_name} {slot.id}")
         return slot
 
@@ -302,7 +302,6 @@ class WorkerPool:
         worker.on_exit(slot.wake)
         worker.on_exit(self._report)
         try:
-        started = time.monotonic()
             await worker.start()
         except (ModelLoadError, WorkerError, OSError) as e:
             if slot.stopping:  # killed on purpose while loading (unregister, scale down): not a failure
@@ -320,7 +319,6 @@ class WorkerPool:
         slot.first_load(None)
         name, version, reader = self.spec.model_name, self.spec.version, worker.memory_usage
         if worker.load_metrics:
-        self.metrics.worker_load_time(f"W-{slot.id}-{name}_{version}", (time.monotonic() - started) * 1000)
             self.metrics.backend_metrics(name, version, worker.load_metrics)
         self.metrics.watch_worker_memory(name, version, slot.id, reader)
         worker.on_exit(lambda: self.metrics.forget_worker_memory(name, version, slot.id, reader))
@@ -416,9 +414,7 @@ class WorkerPool:
             (log.warning if slot.stopping else log.error)("model %s version %s: %s", name, version, reply)
             await worker.wait_exit(10.0)
             return False
-        handler_ms = float(reply.get("handler_ms", 0.0))
-        self.metrics.handler_time(name, version, handler_ms)
-        self.metrics.worker_thread_time(max(0.0, (time.monotonic() - now) * 1000 - handler_ms))
+        self.metrics.handler_time(name, version, float(reply.get("handler_ms", 0.0)))
         if reply.get("metrics"):
             self.metrics.backend_metrics(name, version, reply["metrics"])
         return True
@@ -432,11 +428,11 @@ class WorkerPool:
         if slot.worker is not None and slot.worker.returncode is None:
             await slot.worker.stop(self.settings.stop_timeout)
         slot.first_load(WorkerError(f"worker {slot.id} was stopped before its model loaded"))
-        if slot.state != FAILED:
-            slot.state = STOPPED
         if slot.queue is not None:  # its sequences' requests: their state was in this worker
             lost = f"Model {self.spec.model_name}: worker {slot.id}, which held this request's sequence, stopped"
             slot.queue.fail_all(lambda: ModelNotReady(f"{lost}: start a new sequence"))
+        if slot.state != FAILED:
+            slot.state = STOPPED
             if slot in self.slots:
                 self.slots.remove(slot)
         if not self.can_serve():
@@ -450,8 +446,6 @@ class WorkerPool:
         self.metrics.workers(self.spec.model_name, self.spec.version, self.live, len(self.slots))
 
 
-def no_worker_error(where: str, load_error: str | None) -> ModelNotReady:
-    """503 for a model with no worker to serve: with the load error describe shows when its workers failed, else
 def _either(queue: JobQueue, other: JobQueue | None) -> asyncio.Future[None]:
     """A future done when `queue` or `other` has a job; cancelling it cancels the waits on both."""
     if other is None:
@@ -469,6 +463,8 @@ def _either(queue: JobQueue, other: JobQueue | None) -> asyncio.Future[None]:
     return either
 
 
+def no_worker_error(where: str, load_error: str | None) -> ModelNotReady:
+    """503 for a model with no worker to serve: with the load error describe shows when its workers failed, else
     TorchServe's advice to scale workers."""
     if load_error:
         return ModelNotReady(f"Model {where} has no worker to serve inference request: {load_error}")
