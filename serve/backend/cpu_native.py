@@ -36,7 +36,7 @@ _FILES = {**_LIBS, _BF16: "_sk_avx512bf16"}
 DTYPES = ("float32", "bfloat16")
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
-    "sk_gemm": [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _INT, _I64, _I64],
+    "sk_gemm": [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _INT, _I64, _I64],
     "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
     "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
@@ -310,6 +310,22 @@ def _output(op: str, out: Any, shape: tuple[int, ...]) -> np.ndarray:
     return np.empty(shape, np.float32) if out is None else _check(f"{op} out", out, shape)
 
 
+def _rows(op: str, name: str, arr: Any, shape: tuple[int, int]) -> np.ndarray:
+    """A float32 (M, N) matrix whose rows are contiguous, with any row stride (a column slice of a wider one)."""
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.float32 or arr.shape != shape:
+        got = f"{getattr(arr, 'dtype', type(arr).__name__)} {getattr(arr, 'shape', '')}"
+        raise ValueError(f"{op}: {name} must be a float32 array of shape {shape}, got {got}")
+    if shape[0] > 1 and shape[1] > 0 and (arr.strides[1] != 4 or arr.strides[0] % 4 or arr.strides[0] < 4 * shape[1]):
+        raise ValueError(f"{op}: {name} needs contiguous rows (strides {arr.strides}); pass np.ascontiguousarray")
+    if shape[0] == 1 and shape[1] > 1 and arr.strides[1] != 4:
+        raise ValueError(f"{op}: {name} needs contiguous rows (strides {arr.strides}); pass np.ascontiguousarray")
+    return arr
+
+
+def _row_stride(arr: np.ndarray) -> int:
+    return arr.strides[0] // 4 if arr.shape[0] > 1 else arr.shape[1]
+
+
 def gemm(
     a: np.ndarray,
     packed: PackedWeight,
@@ -319,8 +335,9 @@ def gemm(
     out: np.ndarray | None = None,
     rows: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """out[M, N] = act(a[M, K] @ W + bias[N] + residual[M, N]). `a` may have a row stride (a[:, :K] of a wider
-    array); `rows=(r0, r1)` computes only those rows of out. A bfloat16 weight rounds `a` to bf16 on the fly."""
+    """out[M, N] = act(a[M, K] @ W + bias[N] + residual[M, N]). `a`, `residual` and `out` may have a row stride
+    (a[:, :K] of a wider array; lanes that split N pass their column slice of one output and residual); `rows=(r0,
+    r1)` computes only those rows of out. A bfloat16 weight rounds `a` to bf16 on the fly."""
     _, fn = _kernel("gemm", packed)
     if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2:
         raise ValueError(f"gemm: expected a float32 (M, K) array, got {getattr(a, 'dtype', type(a).__name__)}")
@@ -332,11 +349,13 @@ def gemm(
     if m > 0 and (a.strides[1] != 4 or a.strides[0] % 4 or a.strides[0] < 4 * k):
         raise ValueError(f"gemm: a needs contiguous rows (strides {a.strides}); pass np.ascontiguousarray(a)")
     n = packed.n
-    b, r, code = _epilogue("gemm", n, (m, n), bias, residual, act)
-    out = _output("gemm", out, (m, n))
+    b, _, code = _epilogue("gemm", n, (m, n), bias, None, act)
+    res = None if residual is None else _rows("gemm", "residual", residual, (m, n))
+    out = np.empty((m, n), np.float32) if out is None else _rows("gemm", "out", out, (m, n))
     r0, r1 = _span("gemm", rows, m)
-    if r1 > r0 and fn(a.ctypes.data, a.strides[0] // 4, k, packed.data.ctypes.data, n, b, r, out.ctypes.data, code,
-                      r0, r1):  # fmt: skip
+    ldr, res_ptr = (0, None) if res is None else (_row_stride(res), res.ctypes.data)
+    if r1 > r0 and fn(a.ctypes.data, a.strides[0] // 4, k, packed.data.ctypes.data, n, b, res_ptr, ldr,
+                      out.ctypes.data, _row_stride(out), code, r0, r1):  # fmt: skip
         raise MemoryError("gemm: out of memory for the bf16 rows")
     return out
 

@@ -110,11 +110,16 @@ static void epilogue(const float *tile, int mr, int ncols, const float *bias, co
 
 /* ---------------------------------------------------------------- the microkernel */
 
+/* The microkernels are written once for R rows, R a compile-time constant (1..MR) after inlining: each row's
+ * statements sit behind `(j) < R`, so a block of fewer rows (a decode step's 1..16) costs its own rows' FMAs,
+ * not MR rows' (the 12-row kernel on a one-row GEMV did 12x the arithmetic it needed). */
 #define FMA_ROW(j) \
-    c##j##0 = vfma(vset1(a##j[k]), b0, c##j##0); \
-    c##j##1 = vfma(vset1(a##j[k]), b1, c##j##1);
+    if ((j) < R) { \
+        c##j##0 = vfma(vset1(a##j[k]), b0, c##j##0); \
+        c##j##1 = vfma(vset1(a##j[k]), b1, c##j##1); \
+    }
 #define DECL_ROW(j) V c##j##0 = vzero(), c##j##1 = vzero();
-#define STORE_ROW(j) vstore(tile + (j) * NR, c##j##0); vstore(tile + (j) * NR + VL, c##j##1);
+#define STORE_ROW(j) if ((j) < R) { vstore(tile + (j) * NR, c##j##0); vstore(tile + (j) * NR + VL, c##j##1); }
 #if MR == 12
 #define ALL_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
 #else
@@ -126,7 +131,7 @@ static void epilogue(const float *tile, int mr, int ncols, const float *bias, co
             _mm_prefetch((const char *)(res + (j) * ldr), _MM_HINT_T0); \
         _mm_prefetch((const char *)(out + (j) * ldo), _MM_HINT_T0); \
     }
-#define EPILOGUE_ROW(j) { \
+#define EPILOGUE_ROW(j) if ((j) < R) { \
     V v0 = vadd(c##j##0, bb0), v1 = vadd(c##j##1, bb1); \
     if (res) { \
         v0 = vadd(v0, vload(res + (j) * ldr)); \
@@ -137,7 +142,7 @@ static void epilogue(const float *tile, int mr, int ncols, const float *bias, co
 /* The tile's outputs: a whole tile takes its epilogue straight from the accumulators (no pass through memory,
  * which is most of the cost when K is small); an edge tile goes through `tile` and the masked epilogue. */
 #define FINISH_TILE \
-    if (mr == MR && ncols == NR) { \
+    if (ncols == NR) { \
         V bb0 = bias ? vload(bias) : vzero(), bb1 = bias ? vload(bias + VL) : vzero(); \
         ALL_ROWS(EPILOGUE_ROW) \
     } else { \
@@ -146,21 +151,37 @@ static void epilogue(const float *tile, int mr, int ncols, const float *bias, co
         epilogue(tile, mr, ncols, bias, res, ldr, out, ldo, act); \
     }
 
-/* Where one MR x NR tile writes: rows j < mr, columns < ncols of out (row stride ldo), adding res (stride ldr). */
+/* Where one MR x NR tile writes: rows j < mr, columns < ncols of out (row stride ldo), adding res (stride ldr).
+ * pf, when set, is weight the tile prefetches into L2 as it goes, as many bytes per k step as it reads (the next
+ * panel group's, so that a weight streamed from memory arrives while the last row block computes). */
 typedef struct {
     int mr, ncols, act;
     const float *bias, *res;
     long long ldr, ldo;
     float *out;
+    const void *pf;
 } Tile;
 
-/* out = act(sum over taps t and k < kc of ptrs[t][j][k] * b[t * kc + k][:] + bias + res) for one tile. The
- * tile's residual and output lines are prefetched first: they arrive while the products run. */
-static void ukernel(int ntaps, const float *const *ptrs, long long kc, const float *b, const Tile *tl) {
-    const int mr = tl->mr, ncols = tl->ncols, act = tl->act;
+/* Prefetch the NR * 4 bytes at pf into L2 (AVX-512: two lines, AVX2: one); -DSK_NO_PF builds without (A/B). */
+#ifdef SK_NO_PF
+#define PREFETCH_STEP(pf)
+#else
+#define PREFETCH_STEP(pf) \
+    _mm_prefetch((pf), _MM_HINT_T1); \
+    if (NR * 4 > 64) \
+        _mm_prefetch((pf) + 64, _MM_HINT_T1); \
+    (pf) += NR * 4;
+#endif
+
+/* out = act(sum over taps t and k < kc of ptrs[t][j][k] * b[t * kc + k][:] + bias + res) for one tile of R =
+ * tl->mr rows. The tile's residual and output lines are prefetched first: they arrive while the products run. */
+static inline __attribute__((always_inline)) void ukernel_rows(const int R, int ntaps, const float *const *ptrs,
+                                                               long long kc, const float *b, const Tile *tl) {
+    const int mr = R, ncols = tl->ncols, act = tl->act;
     const float *bias = tl->bias, *res = tl->res;
     const long long ldr = tl->ldr, ldo = tl->ldo;
     float *out = tl->out;
+    const char *pf = tl->pf ? (const char *)tl->pf : (const char *)b;
     ALL_ROWS(PREFETCH_ROW)
     ALL_ROWS(DECL_ROW)
     for (int t = 0; t < ntaps; t++, ptrs += MR) {
@@ -169,11 +190,26 @@ static void ukernel(int ntaps, const float *const *ptrs, long long kc, const flo
         const float *a6 = ptrs[6], *a7 = ptrs[7], *a8 = ptrs[8], *a9 = ptrs[9], *a10 = ptrs[10], *a11 = ptrs[11];
 #endif
         for (long long k = 0; k < kc; k++, b += NR) {
+            PREFETCH_STEP(pf)
             V b0 = vload(b), b1 = vload(b + VL);
             ALL_ROWS(FMA_ROW)
         }
     }
     FINISH_TILE
+}
+
+/* ukernel_R for R = 1..MR, and `ukernel`, which runs the one for the tile's rows. */
+typedef void (*UKernel)(int, const float *const *, long long, const float *, const Tile *);
+#define DEF_UKERNEL(r) \
+    static void ukernel_##r(int ntaps, const float *const *ptrs, long long kc, const float *b, const Tile *tl) { \
+        ukernel_rows((r) + 1, ntaps, ptrs, kc, b, tl); \
+    }
+ALL_ROWS(DEF_UKERNEL)
+#define UKERNEL_ENTRY(r) ukernel_##r,
+static const UKernel UKERNELS[MR] = {ALL_ROWS(UKERNEL_ENTRY)};
+
+static void ukernel(int ntaps, const float *const *ptrs, long long kc, const float *b, const Tile *tl) {
+    UKERNELS[tl->mr - 1](ntaps, ptrs, kc, b, tl);
 }
 
 /* Panels of the packed weight taken together, so that their weights (ntaps * kc * NR floats each) stay in the
@@ -186,21 +222,36 @@ static long long panel_group(long long k, long long npanels) {
     return g < 1 ? 1 : g > npanels ? npanels : g;
 }
 
-/* Runs the panels over `nrows` rows whose tap pointers are in ptrs[block][tap][MR]; row r of the block writes
- * out + r * n (and reads res + r * n). */
-static void run_rows(long long nrows, int ntaps, const float *const *ptrs, long long kc, const float *wp,
-                     long long n, const float *bias, const float *res, float *out, int act) {
+/* Runs the panels over `nrows` rows in blocks of rb <= MR, whose tap pointers are in ptrs[block][tap][MR]; row r
+ * of the block writes out + r * ldo (and reads res + r * ldr). */
+static void run_rows_rb(long long nrows, long long rb, int ntaps, const float *const *ptrs, long long kc,
+                        const float *wp, long long n, const float *bias, const float *res, long long ldr, float *out,
+                        long long ldo, int act) {
     long long npanels = (n + NR - 1) / NR, k = (long long)ntaps * kc, group = panel_group(k, npanels);
     for (long long p0 = 0; p0 < npanels; p0 += group) {
         long long p1 = p0 + group < npanels ? p0 + group : npanels;
-        for (long long r = 0; r < nrows; r += MR) {
+        for (long long r = 0; r < nrows; r += rb) {
             for (long long p = p0; p < p1; p++) {
-                Tile tl = {(int)(nrows - r < MR ? nrows - r : MR), (int)(n - p * NR < NR ? n - p * NR : NR), act,
-                           bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n, n, out + r * n + p * NR};
-                ukernel(ntaps, ptrs + (r / MR) * ntaps * MR, kc, wp + p * k * NR, &tl);
+                const float *next = r + rb >= nrows && p + group < npanels ? wp + (p + group) * k * NR : NULL;
+                Tile tl = {(int)(nrows - r < rb ? nrows - r : rb), (int)(n - p * NR < NR ? n - p * NR : NR), act,
+                           bias ? bias + p * NR : NULL, res ? res + r * ldr + p * NR : NULL, ldr, ldo,
+                           out + r * ldo + p * NR, next};
+                ukernel(ntaps, ptrs + (r / rb) * ntaps * MR, kc, wp + p * k * NR, &tl);
             }
         }
     }
+}
+
+static void run_rows(long long nrows, int ntaps, const float *const *ptrs, long long kc, const float *wp,
+                     long long n, const float *bias, const float *res, float *out, int act) {
+    run_rows_rb(nrows, MR, ntaps, ptrs, kc, wp, n, bias, res, n, out, n, act);
+}
+
+/* Rows per block for `rows` rows: as even as MR allows (16 rows are two blocks of 8, not 12 + 4), so every block
+ * runs a kernel of about the same efficiency. */
+static long long block_rows(long long rows) {
+    long long blocks = (rows + MR - 1) / MR;
+    return (rows + blocks - 1) / blocks;
 }
 
 static const float zero_row[4096];
@@ -210,15 +261,16 @@ static const float zero_row[4096];
 int SK_EXPORT(mr)(void) { return MR; }
 int SK_EXPORT(nr)(void) { return NR; }
 
-/* out[r] = act(a[r] @ W + bias + res[r]) for r0 <= r < r1; a has row stride lda, out and res are (M, n). */
+/* out[r] = act(a[r] @ W + bias + res[r]) for r0 <= r < r1; a, res and out have row strides lda, ldr and ldo (so
+ * that lanes splitting N write their columns of one output, reading their columns of one residual). */
 int SK_EXPORT(gemm)(const float *a, long long lda, long long k, const float *wp, long long n, const float *bias,
-                    const float *res, float *out, int act, long long r0, long long r1) {
+                    const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1) {
     const float *ptrs[SUPER * MR];
     for (long long m0 = r0; m0 < r1; m0 += SUPER * MR) {
-        long long rows = r1 - m0 < SUPER * MR ? r1 - m0 : SUPER * MR;
-        for (long long i = 0; i < (rows + MR - 1) / MR * MR; i++)
-            ptrs[i] = a + (m0 + (i < rows ? i : i - i % MR)) * lda; /* rows past the end repeat the block's first */
-        run_rows(rows, 1, ptrs, k, wp, n, bias, res ? res + m0 * n : NULL, out + m0 * n, act);
+        long long rows = r1 - m0 < SUPER * MR ? r1 - m0 : SUPER * MR, rb = block_rows(rows);
+        for (long long i = 0; i < SUPER * MR; i++) /* block i / MR holds rows (i / MR) * rb + i % MR, i % MR < rb */
+            ptrs[i] = a + (m0 + ((i / MR) * rb + i % MR < rows && i % MR < rb ? (i / MR) * rb + i % MR : 0)) * lda;
+        run_rows_rb(rows, rb, 1, ptrs, k, wp, n, bias, res ? res + m0 * ldr : NULL, ldr, out + m0 * ldo, ldo, act);
     }
     return 0;
 }
@@ -643,23 +695,27 @@ static inline __m512 bcast_pair(const bf16 *p) {
     return _mm512_castsi512_ps(_mm512_set1_epi32(v));
 }
 
-#define DP_ROW(j) { \
+#define DP_ROW(j) if ((j) < R) { \
     __m512bh aj = (__m512bh)bcast_pair(a##j + 2 * kp); \
     c##j##0 = _mm512_dpbf16_ps(c##j##0, aj, b0); \
     c##j##1 = _mm512_dpbf16_ps(c##j##1, aj, b1); }
 
-/* out = act(sum over taps t and pairs kp < kcp of ptrs[t][j][2 kp : 2 kp + 2] . b[t * kcp + kp][:][:] + ...) */
-static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, const Tile *tl) {
-    const int mr = tl->mr, ncols = tl->ncols, act = tl->act;
+/* out = act(sum over taps t and pairs kp < kcp of ptrs[t][j][2 kp : 2 kp + 2] . b[t * kcp + kp][:][:] + ...),
+ * R = tl->mr rows as in ukernel_rows */
+static inline __attribute__((always_inline)) void ukernel_bf16_rows(const int R, int ntaps, const bf16 *const *ptrs,
+                                                                    long long kcp, const bf16 *b, const Tile *tl) {
+    const int mr = R, ncols = tl->ncols, act = tl->act;
     const float *bias = tl->bias, *res = tl->res;
     const long long ldr = tl->ldr, ldo = tl->ldo;
     float *out = tl->out;
+    const char *pf = tl->pf ? (const char *)tl->pf : (const char *)b;
     ALL_ROWS(PREFETCH_ROW)
     ALL_ROWS(DECL_ROW)
     for (int t = 0; t < ntaps; t++, ptrs += MR) {
         const bf16 *a0 = ptrs[0], *a1 = ptrs[1], *a2 = ptrs[2], *a3 = ptrs[3], *a4 = ptrs[4], *a5 = ptrs[5];
         const bf16 *a6 = ptrs[6], *a7 = ptrs[7], *a8 = ptrs[8], *a9 = ptrs[9], *a10 = ptrs[10], *a11 = ptrs[11];
         for (long long kp = 0; kp < kcp; kp++, b += 2 * NR) {
+            PREFETCH_STEP(pf)
             __m512bh b0 = (__m512bh)_mm512_loadu_si512(b), b1 = (__m512bh)_mm512_loadu_si512(b + NR);
             DP_ROW(0) DP_ROW(1) DP_ROW(2) DP_ROW(3) DP_ROW(4) DP_ROW(5)
             DP_ROW(6) DP_ROW(7) DP_ROW(8) DP_ROW(9) DP_ROW(10) DP_ROW(11)
@@ -668,16 +724,32 @@ static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, cons
     FINISH_TILE
 }
 
-static void run_rows_bf16(long long nrows, int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *wp,
-                          long long n, const float *bias, const float *res, float *out, int act) {
+typedef void (*UKernelBf16)(int, const bf16 *const *, long long, const bf16 *, const Tile *);
+#define DEF_UKERNEL_BF16(r) \
+    static void ukernel_bf16_##r(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, const Tile *tl) { \
+        ukernel_bf16_rows((r) + 1, ntaps, ptrs, kcp, b, tl); \
+    }
+ALL_ROWS(DEF_UKERNEL_BF16)
+#define UKERNEL_BF16_ENTRY(r) ukernel_bf16_##r,
+static const UKernelBf16 UKERNELS_BF16[MR] = {ALL_ROWS(UKERNEL_BF16_ENTRY)};
+
+static void ukernel_bf16(int ntaps, const bf16 *const *ptrs, long long kcp, const bf16 *b, const Tile *tl) {
+    UKERNELS_BF16[tl->mr - 1](ntaps, ptrs, kcp, b, tl);
+}
+
+static void run_rows_bf16(long long nrows, long long rb, int ntaps, const bf16 *const *ptrs, long long kcp,
+                          const bf16 *wp, long long n, const float *bias, const float *res, long long ldr, float *out,
+                          long long ldo, int act) {
     long long npanels = (n + NR - 1) / NR, kp = (long long)ntaps * kcp, group = panel_group(kp, npanels);
     for (long long p0 = 0; p0 < npanels; p0 += group) {
         long long p1 = p0 + group < npanels ? p0 + group : npanels;
-        for (long long r = 0; r < nrows; r += MR) {
+        for (long long r = 0; r < nrows; r += rb) {
             for (long long p = p0; p < p1; p++) {
-                Tile tl = {(int)(nrows - r < MR ? nrows - r : MR), (int)(n - p * NR < NR ? n - p * NR : NR), act,
-                           bias ? bias + p * NR : NULL, res ? res + r * n + p * NR : NULL, n, n, out + r * n + p * NR};
-                ukernel_bf16(ntaps, ptrs + (r / MR) * ntaps * MR, kcp, wp + p * kp * 2 * NR, &tl);
+                const bf16 *next = r + rb >= nrows && p + group < npanels ? wp + (p + group) * kp * 2 * NR : NULL;
+                Tile tl = {(int)(nrows - r < rb ? nrows - r : rb), (int)(n - p * NR < NR ? n - p * NR : NR), act,
+                           bias ? bias + p * NR : NULL, res ? res + r * ldr + p * NR : NULL, ldr, ldo,
+                           out + r * ldo + p * NR, next};
+                ukernel_bf16(ntaps, ptrs + (r / rb) * ntaps * MR, kcp, wp + p * kp * 2 * NR, &tl);
             }
         }
     }
@@ -687,7 +759,8 @@ int SK_EXPORT(bf16_nr)(void) { return NR; }
 
 /* gemm with a bf16-packed weight: rows of a are rounded to bf16 per block of SUPER * MR rows. */
 int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 *wp, long long n,
-                         const float *bias, const float *res, float *out, int act, long long r0, long long r1) {
+                         const float *bias, const float *res, long long ldr, float *out, long long ldo, int act,
+                         long long r0, long long r1) {
     long long kpad = k + (k & 1);
     bf16 *buf = malloc(sizeof(bf16) * (size_t)(SUPER * MR * kpad));
     if (!buf)
@@ -697,9 +770,11 @@ int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 
         long long rows = r1 - m0 < SUPER * MR ? r1 - m0 : SUPER * MR;
         for (long long i = 0; i < rows; i++)
             to_bf16(a + (m0 + i) * lda, k, buf + i * kpad, kpad);
-        for (long long i = 0; i < (rows + MR - 1) / MR * MR; i++)
-            ptrs[i] = buf + (i < rows ? i : i - i % MR) * kpad;
-        run_rows_bf16(rows, 1, ptrs, kpad / 2, wp, n, bias, res ? res + m0 * n : NULL, out + m0 * n, act);
+        long long rb = block_rows(rows);
+        for (long long i = 0; i < SUPER * MR; i++) /* as in sk_gemm: block i / MR holds rb rows */
+            ptrs[i] = buf + ((i / MR) * rb + i % MR < rows && i % MR < rb ? (i / MR) * rb + i % MR : 0) * kpad;
+        run_rows_bf16(rows, rb, 1, ptrs, kpad / 2, wp, n, bias, res ? res + m0 * ldr : NULL, ldr, out + m0 * ldo,
+                      ldo, act);
     }
     free(buf);
     return 0;
@@ -762,7 +837,8 @@ int SK_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long 
                 }
             }
         }
-        run_rows_bf16(rows, ntaps, ptrs, cp / 2, wp, oc, bias, res ? res + m0 * oc : NULL, out + m0 * oc, act);
+        run_rows_bf16(rows, MR, ntaps, ptrs, cp / 2, wp, oc, bias, res ? res + m0 * oc : NULL, oc, out + m0 * oc, oc,
+                      act);
     }
     free(ptrs);
     free(xb);
