@@ -18,6 +18,10 @@ class ModelNotFound(ServeError):
     """No model (or no such version) is registered under that name."""
 
 
+class WorkflowNotFound(ModelNotFound):
+    """No workflow is registered under that name (serve/workflows)."""
+
+
 class ModelNotReady(ServeError):
     """The model is registered but has no live worker to answer."""
 

@@ -39,6 +39,7 @@ from serve.frontends.http.auth import TokenAuth
 from serve.frontends.http.connection_limits import ConnectionLimits, limited_http_protocol
 from serve.management.registry import ModelRegistry
 from serve.metrics import ServerMetrics
+from serve.workflows import WorkflowManager
 
 logger = logging.getLogger(__name__)
 # seconds a listener waits for its open requests to finish after SIGTERM (the registry adds its own drain)
@@ -78,6 +79,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     metrics = ServerMetrics()
     registry = ModelRegistry(settings, metrics)
     dataplane = DataPlane(registry, metrics, settings)
+    workflows = dataplane.workflows = WorkflowManager(registry, settings)
     auth = TokenAuth.from_settings(settings)
     apps = {"inference": create_inference_app(dataplane, settings, auth),
             "management": create_management_app(dataplane, settings, auth)}  # fmt: skip
@@ -120,6 +122,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         stopping = (stop_grpc_server(s, GRACEFUL_SECONDS) for s in grpc_servers)
         await asyncio.gather(*tasks, *stopping, return_exceptions=True)
         await registry.shutdown(settings.unregister_model_timeout)
+        await workflows.shutdown()
         auth.remove_key_file()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
     return 1 if failed else 0

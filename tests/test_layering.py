@@ -1,7 +1,7 @@
 """The import layering of ARCHITECTURE.md, read from every module's imports with `ast`.
 
 An import may only point down the table (errors, config, metrics, backend, tensor, nn, serialization, inference,
-zoo, generation, archive, batching, worker, compat, management, frontends, server/cli); the runtime stack never
+zoo, generation, archive, batching, worker, compat, management, workflows, frontends, server/cli); the runtime stack never
 imports the serving stack; device-independent runtime code never imports numpy (it goes through a backend), and nothing
 imports cupy outside the CUDA backend (`backend/ops_cuda.py` and its `backend/cuda_*.py` helpers).
 """
@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "serve"
 LAYERS = ["errors", "config", "metrics", "backend", "tensor", "nn", "serialization", "inference", "zoo", "generation",
-          "archive", "batching", "worker", "compat", "management", "frontends", "server", "cli"]  # fmt: skip
+          "archive", "batching", "worker", "compat", "management", "workflows", "frontends", "server", "cli"]  # fmt: skip
 RUNTIME = {"backend", "tensor", "nn", "serialization", "inference", "zoo"}
 # the public namespaces (`serve`, `serve.autograd`, `serve.cuda`) re-export the runtime stack
 NAMESPACE_RANK = LAYERS.index("zoo")

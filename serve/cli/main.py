@@ -9,7 +9,7 @@
 name. Flags as TorchServe's: `--model-store`, `--models` (all | name=archive | archive ...), `--ts-config`,
 `--ncs`/`--no-config-snapshots`, `--foreground`, `--disable-token-auth`/`--dt`, `--enable-model-api` (can only
 enable), `--log-config` (a Python logging config, see serve/config/logs.py; TorchServe's is log4j2 XML).
-`--workflow-store` is accepted and ignored with a note (workflows are not supported).
+`--workflow-store` (where POST /workflows finds .war files; default: the model store).
 Without `--model-store` or `model_store`, `./model_store` is used when that directory exists.
 A bad configuration prints one line on stderr and exits 2 (as a bad flag does).
 """
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--models", nargs="+", metavar="MODEL", help="all, or archives / name=archive to load")
     start.add_argument("--ts-config", metavar="FILE", help="a config.properties file")
     start.add_argument("--log-config", metavar="FILE", help="a Python logging config (.json dictConfig or INI)")
-    start.add_argument("--workflow-store", metavar="DIR", help="ignored: workflows are not supported")
+    start.add_argument("--workflow-store", metavar="DIR", help="the directory of workflow archives (.war)")
     start.add_argument("--foreground", action="store_true", help="run in this process (containers)")
     start.add_argument("--ncs", "--no-config-snapshots", dest="ncs", action="store_true", help="no snapshots")
     start.add_argument("--dt", "--disable-token-auth", dest="disable_token_auth", action="store_true")
@@ -57,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
         return control.stop()
     if args.command == "status":
         return control.status()
-    if args.workflow_store:
-        print("serve: --workflow-store is ignored: workflows are not supported.", file=sys.stderr)
     try:
         settings = _settings(args)
         if args.foreground:
@@ -73,6 +71,7 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The `cli` dict of load_settings: only flags that were given (None is 'not given')."""
     return {
         "model_store": args.model_store,
+        "workflow_store": args.workflow_store,
         "load_models": args.models,
         "ts_config": args.ts_config,
         "log_config": args.log_config,

@@ -134,9 +134,10 @@ def _finish(out: dict[str, Any], config_file: Path | None) -> Settings:
 
 
 def _check(settings: Settings) -> None:
-    store = settings.model_store
-    if store is not None and not store.is_dir():
-        raise ConfigError(f"model_store = '{store}' is not valid: no such directory; create it or fix the path")
+    for key in ("model_store", "workflow_store"):
+        store = getattr(settings, key)
+        if store is not None and not store.is_dir():
+            raise ConfigError(f"{key} = '{store}' is not valid: no such directory; create it or fix the path")
     for key in ("private_key_file", "certificate_file", "metrics_config"):
         file = getattr(settings, key)
         if file is not None and not file.is_file():

@@ -25,6 +25,7 @@ from serve.metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from serve.config import Settings
+    from serve.workflows import WorkflowManager
 
 MAX_LIST_LIMIT = 100
 RUNTIMES = ("python", "python3")
@@ -54,6 +55,8 @@ class ModelRegistry(Protocol):
 
 class DataPlane:
     """One instance per server; the REST and gRPC frontends share it."""
+
+    workflows: WorkflowManager | None = None  # TorchServe's workflows (serve/workflows); the server sets it
 
     def __init__(self, registry: ModelRegistry, metrics: ServerMetrics, settings: Settings) -> None:
         self.registry = registry

@@ -49,6 +49,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     errors.InvalidModel: (400, "InvalidModelException"),
     errors.Unauthorized: (401, "InvalidKeyException"),
     errors.ModelNotFound: (404, "ModelNotFoundException"),
+    errors.WorkflowNotFound: (404, "WorkflowNotFoundException"),
     errors.ModelApiDisabled: (405, "MethodNotAllowedException"),
     errors.RequestTooLarge: (413, "RequestEntityTooLargeException"),
     errors.ResponseTooLarge: (507, DEFAULT_TYPE),

@@ -27,6 +27,7 @@ from serve.frontends.http.openapi import allowed_methods
 from serve.frontends.http.openapi import document as openapi_document
 from serve.frontends.http.responses import pretty_json, serve_error_handler
 from serve.frontends.http.routers import api_description, kserve_v1, metrics, models, oip, ping, predictions, token
+from serve.frontends.http.routers import workflows as workflow_routes
 from serve.frontends.openai import routes as openai_routes
 from serve.metrics import ServerMetrics
 
@@ -48,8 +49,9 @@ def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAu
     the fast path (fast_path.py) unless CORS is configured."""
     app = _app("inference API", settings, dataplane.metrics,
                [openai_routes.router, predictions.router, ping.router, api_description.router, oip.router,
-                kserve_v1.router],
-               predictions.OPENAPI_PATHS, dataplane=dataplane, auth=auth)  # fmt: skip
+                kserve_v1.router, workflow_routes.inference_router],
+               {**predictions.OPENAPI_PATHS, **workflow_routes.OPENAPI_PATHS}, dataplane=dataplane,
+               auth=auth)  # fmt: skip
     if settings.cors_allowed_origin:
         return app
     return PredictionFastPath(app, settings, dataplane, auth)
@@ -58,7 +60,7 @@ def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAu
 def create_management_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI:
     """`/models...`, `/token`, `OPTIONS /`, `/api-description`, `/docs`."""
     return _app("management API", settings, dataplane.metrics,
-                [api_description.router, models.router, token.router],
+                [api_description.router, models.router, token.router, workflow_routes.router],
                 dataplane=dataplane, auth=auth)  # fmt: skip
 
 

@@ -115,7 +115,24 @@ def _management(settings: Settings) -> dict[tuple[str, str], tuple[tuple[int, ..
         ("delete", "/models/{model_name}/{model_version}"): ((*errors, 403, 405, 504), []),
         ("get", "/token"): ((400, 401), [_query("type", {"type": "string", "enum": ["management", "inference"]},
                                                 "Which key to rotate", True)]),
+        **_workflows(listing),
     }  # fmt: skip
+
+
+def _workflows(listing: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[tuple[int, ...], list[dict[str, Any]]]]:
+    """TorchServe's workflow management routes (routers/workflows.py)."""
+    register = [
+        _query("url", {"type": "string", "minLength": 1}, "A .war in the workflow store, or an allowed URL", True),
+        _query("workflow_name", STRING, "Name to register under (default: the archive's)"),
+        _query("response_timeout", {"type": "integer", "minimum": 1}, "Seconds a batch of a node's model may take"),
+        _query("startup_timeout", {"type": "integer", "minimum": 1}, "Seconds a node's worker may take to load"),
+    ]
+    return {
+        ("get", "/workflows"): ((400, 401), listing),
+        ("post", "/workflows"): ((400, 401, 404, 405, 409, 500, 503, 507), register),
+        ("get", "/workflows/{workflow_name}"): ((400, 401, 404), []),
+        ("delete", "/workflows/{workflow_name}"): ((400, 401, 404, 405, 500), []),
+    }
 
 
 V2_TENSOR = {
@@ -196,6 +213,7 @@ PLAIN: list[tuple[str, str, tuple[int, ...], dict[str, Any], dict[str, Any] | No
      (400, 401, 404, 413, 500, 503, 504, 507), V2_ERROR, GENERATE_BODY),
     (r"^/predictions/", "Run the model's handler on the body", INFERENCE_ERRORS, TS_ERROR, RAW_BODY),
     (r"^/explanations/", "Explain with the model's handler", INFERENCE_ERRORS, TS_ERROR, RAW_BODY),
+    (r"^/wfpredict/", "Run the workflow's DAG on the body (the leaf's answer)", INFERENCE_ERRORS, TS_ERROR, RAW_BODY),
     (r"^/v2/health/", "Open Inference Protocol health", (503,), V2_ERROR, None),
     (r"^/v2/repository/index$", "Models and their state", (400, 401), V2_ERROR,
      {"application/json": {"schema": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}}),

@@ -159,9 +159,12 @@ def test_torchserve_spelling(fake_server: list[Settings], capsys: pytest.Capture
     assert capsys.readouterr().out.strip() == "serve is not running."
 
 
-def test_workflow_store_is_ignored_with_a_note(fake_server: list[Settings], capsys: pytest.CaptureFixture[str]) -> None:
+def test_workflow_store(tmp_path: Path, fake_server: list[Settings], capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "wf").mkdir()
     assert main(["start", "--foreground", "--workflow-store", "wf"]) == 0
-    assert "--workflow-store is ignored" in capsys.readouterr().err
+    assert fake_server[0].workflow_store == tmp_path / "wf"
+    assert main(["start", "--foreground", "--workflow-store", "missing"]) == 2
+    assert "workflow_store = " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
