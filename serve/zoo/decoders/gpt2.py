@@ -17,7 +17,7 @@ import numpy as np
 from serve.errors import CheckpointError
 from serve.zoo.decoders.attention import paged_attention
 from serve.zoo.decoders.config import DecoderConfig
-from serve.zoo.decoders.layers import Linear, gelu_tanh, layer_norm
+from serve.zoo.decoders.layers import Linear, layer_norm
 from serve.zoo.decoders.step import DecoderSpec, KVCache, StepBatch
 from serve.zoo.decoders.weights import Weights
 
@@ -66,16 +66,20 @@ class GPT2Decoder:
         c = self.config
         x = self.wte[batch.input_ids] + self.wpe[batch.positions]  # (T, hidden)
         for layer, b in enumerate(self.blocks):
-            x = x + self._attention(b, layer_norm(x, *b.ln_1, c.norm_eps), layer, batch, cache)
-            x = x + b.mlp_proj(gelu_tanh(b.c_fc(layer_norm(x, *b.ln_2, c.norm_eps))))
+            x = self._attention(b, layer_norm(x, *b.ln_1, c.norm_eps), layer, batch, cache, x)  # x + attention
+            h = b.c_fc(layer_norm(x, *b.ln_2, c.norm_eps), act="gelu_tanh")  # (T, inner), GELU in the epilogue
+            x = b.mlp_proj(h, residual=x)  # x + c_proj(h)
         x = layer_norm(x[batch.logits_indices], *self.ln_f, c.norm_eps)  # (L, hidden)
         return self.lm_head(x).astype(np.float32, copy=False)  # (L, vocab)
 
-    def _attention(self, b: _Block, h: np.ndarray, layer: int, batch: StepBatch, cache: KVCache) -> np.ndarray:
+    def _attention(
+        self, b: _Block, h: np.ndarray, layer: int, batch: StepBatch, cache: KVCache, x: np.ndarray
+    ) -> np.ndarray:
+        """x + c_proj(attention(h)): the residual added in the product's epilogue."""
         c = self.config
         t = h.shape[0]
         qkv = b.c_attn(h).reshape(t, 3, c.num_heads, c.head_dim)  # (T, 3, heads, head_dim)
         q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         cache.write(layer, k, v, batch.slot_mapping)
         y = paged_attention(q, cache, layer, batch, None)  # (T, heads, head_dim)
-        return b.attn_proj(y.reshape(t, c.hidden_size))  # (T, hidden)
+        return b.attn_proj(y.reshape(t, c.hidden_size), residual=x)  # (T, hidden)

@@ -12,6 +12,12 @@ Decisions, and why:
   native library (SERVE_NATIVE=0, a CPU without AVX2) the product is numpy's, split by cpu_blas.
 - dtype "bfloat16" packs the weight as bf16 for the AVX512-BF16 kernel (fp32 activations rounded to bf16 on the
   fly, fp32 accumulation and output): half the bytes per token. Refused where the CPU or the build lacks it.
+- The lanes write their columns of one output (the kernel takes a row stride), and what follows a product in a
+  block goes into the kernel's epilogue: the activation (GPT-2's GELU after c_fc) or the residual add (x + o_proj,
+  x + down), so neither is a numpy pass over the (T, out) result. Either one, not both: the kernel adds the
+  residual before the activation, which no block wants.
+- layer_norm runs the native kernel (sk_norm.c, PyTorch's LayerNorm) where it is loaded: one pass instead of
+  numpy's six.
 """
 
 from __future__ import annotations
@@ -30,30 +36,41 @@ class Linear:
         self.in_features, self.out_features = int(weight.shape[0]), int(weight.shape[1])
         self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
         self.weight: np.ndarray | None = None
-        self._parts: list[tuple[int, int, cpu_native.PackedWeight]] = []
+        self._parts: list[tuple[int, int, cpu_native.PackedWeight, np.ndarray | None]] = []
         if dtype == "bfloat16" and not cpu_native.bf16_available():
             raise ValueError("bfloat16 weights need a CPU with AVX512-BF16 and serve's native kernels; use float32")
         if cpu_native.available():
             columns = cpu_threads.spans(self.out_features, grain=64)
-            self._parts = [(c0, c1, cpu_native.pack_weight(weight[:, c0:c1], dtype)) for c0, c1 in columns]
+            self._parts = [
+                (c0, c1, cpu_native.pack_weight(weight[:, c0:c1], dtype), None if bias is None else self.bias[c0:c1])
+                for c0, c1 in columns
+            ]
         else:
             self.weight = np.ascontiguousarray(weight, np.float32)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, act: str = "none", residual: np.ndarray | None = None) -> np.ndarray:
+        """act(x @ weight + bias), or x @ weight + bias + residual; act is "none" or "gelu_tanh"."""
+        if act not in _ACTS or (act != "none" and residual is not None):
+            raise ValueError(f"Linear: act {act!r} with residual {residual is not None}; expected one of {_ACTS}, "
+                             "or a residual without an activation")  # fmt: skip
         if self.weight is not None:
             y = cpu_blas.matmul(x, self.weight)  # (T, in) @ (in, out) -> (T, out)
             if self.bias is not None:
                 y += self.bias
-            return y
+            if residual is not None:
+                y += residual
+            return _ACTS[act](y)
         x = np.ascontiguousarray(x, np.float32)
-        outs: list[np.ndarray | None] = [None] * len(self._parts)
+        out = np.empty((x.shape[0], self.out_features), np.float32)  # (T, out): each lane writes its columns
+        res = None if residual is None else np.ascontiguousarray(residual, np.float32)
 
         def run(i: int, _: int) -> None:
-            c0, c1, packed = self._parts[i]
-            outs[i] = cpu_native.gemm(x, packed, None if self.bias is None else self.bias[c0:c1])  # (T, c1 - c0)
+            c0, c1, packed, bias = self._parts[i]
+            part = None if res is None else res[:, c0:c1]
+            cpu_native.gemm(x, packed, bias, residual=part, act=act, out=out[:, c0:c1])  # (T, c1 - c0)
 
         cpu_threads.parallel(run, [(i, i + 1) for i in range(len(self._parts))])
-        return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)  # type: ignore[return-value,arg-type]
+        return out
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -63,6 +80,8 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    if cpu_native.available() and x.dtype == np.float32:
+        return cpu_native.layer_norm(np.ascontiguousarray(x), weight, bias, eps)
     mean = x.mean(axis=-1, keepdims=True)
     centered = x - mean
     variance = np.mean(np.square(centered), axis=-1, keepdims=True)
@@ -73,6 +92,9 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GPT-2's GELU ("gelu_new", "gelu_pytorch_tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     inner = np.float32(np.sqrt(2.0 / np.pi)) * (x + np.float32(0.044715) * x * x * x)
     return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
+_ACTS = {"none": lambda y: y, "gelu_tanh": gelu_tanh}
 
 
 def silu_and_mul(gate_up: np.ndarray) -> np.ndarray:
