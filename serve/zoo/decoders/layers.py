@@ -41,10 +41,9 @@ class Linear:
             raise ValueError("bfloat16 weights need a CPU with AVX512-BF16 and serve's native kernels; use float32")
         if cpu_native.available():
             columns = cpu_threads.spans(self.out_features, grain=64)
-            self._parts = [
-                (c0, c1, cpu_native.pack_weight(weight[:, c0:c1], dtype), None if bias is None else self.bias[c0:c1])
-                for c0, c1 in columns
-            ]
+            b = self.bias
+            packs = [(c0, c1, cpu_native.pack_weight(weight[:, c0:c1], dtype)) for c0, c1 in columns]
+            self._parts = [(c0, c1, w, None if b is None else b[c0:c1]) for c0, c1, w in packs]
         else:
             self.weight = np.ascontiguousarray(weight, np.float32)
 
