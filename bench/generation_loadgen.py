@@ -8,11 +8,11 @@ Decisions:
   left alone); the benchmark runs it when that venv exists and says so when it does not.
 - One scenario file: the openai_http backend on /v1/completions, a concurrent profile of `concurrency` streams,
   synthetic text of `prompt` tokens (the folder's tokenizer, offline) and `new` output tokens (guidellm then sends
-  max_tokens and ignore_eos itself), 2 x concurrency requests. guidellm checks a server with GET /health (vLLM's);
-  serve answers TorchServe's /ping, so the scenario maps /health onto it (`api_routes`).
-- Streamed first. guidellm 0.8 streams with vLLM's `stream_options.continuous_usage_stats`, which serve refuses
-  (400, unsupported field): when every streamed request fails, the server's answer to that body is recorded and the
-  run is repeated without streaming (throughput and end-to-end latency; no TTFT or ITL then).
+  max_tokens and ignore_eos itself), 2 x concurrency requests. guidellm checks the server with GET /health, which
+  serve answers as vLLM does (serve/frontends/http/routers/ping.py).
+- Streamed first, with the `stream_options` guidellm sends (vLLM's `continuous_usage_stats` among them, which serve
+  honours). Should every streamed request fail, the server's answer to that body is recorded and the run is repeated
+  without streaming (throughput and end-to-end latency; no TTFT or ITL then), so the report says why.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ VENV = Path(__file__).resolve().parent / "out" / "loadgen" / "guidellm-venv"
 def scenario(port: int, name: str, folder: Path, prompt: int, new: int, concurrency: int, out: Path,
              stream: bool) -> dict[str, Any]:  # fmt: skip
     backend = {"kind": "openai_http", "target": f"http://127.0.0.1:{port}", "model": name,
-               "request_format": "/v1/completions", "api_routes": {"/health": "ping"}, "stream": stream}  # fmt: skip
+               "request_format": "/v1/completions", "stream": stream}  # fmt: skip
     return {"spec": {"backend": backend, "profile": {"kind": "concurrent", "streams": [concurrency]},
                      "data": [{"kind": "synthetic_text", "prompt_tokens": prompt, "output_tokens": new}],
                      "tokenizer": {"kind": "hf_auto", "model": str(folder)},
@@ -109,6 +109,5 @@ def summarize(result: dict[str, Any], run: dict[str, Any], concurrency: int) -> 
             f", TTFT p50 {run['ttft_p50_ms']:.0f} ms (p99 {run['ttft_p99_ms']:.0f}), ITL p50 {run['itl_p50_ms']:.0f}"
         )
     if "streamed_failure" in result:
-        text += (f". Streamed, every request failed: guidellm sends vLLM's stream_options.continuous_usage_stats and "
-                 f"serve answers {result['streamed_failure']}")  # fmt: skip
+        text += f". Streamed, every request failed: serve answered guidellm's body with {result['streamed_failure']}"
     return text + "."
