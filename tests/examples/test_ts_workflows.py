@@ -132,6 +132,9 @@ def served(tmp_path_factory):
     (base / "check_handler.py").write_text(CHECK_HANDLER)
     workflow_archiver("--workflow-name", "checked", "--spec-file", str(base / "check.yaml"), "--handler",
                       str(base / "check_handler.py"), "--export-path", str(wf_store))  # fmt: skip
+    (base / "broken.yaml").write_text(CHECK_SPEC.replace("TransformerEn2De.mar", "missing.mar"))
+    workflow_archiver("--workflow-name", "broken", "--spec-file", str(base / "broken.yaml"), "--handler",
+                      str(base / "check_handler.py"), "--export-path", str(wf_store))  # fmt: skip
     # snapshots on (no --ncs): the workflows' models must stay out of them
     server = ServerProcess(base / "run", store, "--workflow-store", str(wf_store), "--disable-token-auth",
                            "--enable-model-api", log_location=base / "run" / "logs").start()  # fmt: skip
@@ -221,6 +224,19 @@ def test_management_routes(served) -> None:
 
 def names(server: ServerProcess, client: httpx.Client) -> list[str]:
     return [w["workflowName"] for w in client.get(f"{server.management}/workflows").json()["workflows"]]
+
+
+def test_a_node_that_cannot_register_removes_the_others(served) -> None:
+    server, client, _ = served
+    r = client.post(f"{server.management}/workflows", params={"url": "broken.war"})
+    assert r.status_code == 404, r.text
+    message = r.json()["message"]
+    assert message.startswith("Workflow broken has failed to register. Failures: ")
+    assert "Workflow Node broken__shout failed to register" in message and "missing.mar" in message
+    assert client.get(f"{server.management}/models/broken__check").status_code == 404  # registered, then removed
+    assert "broken" not in names(server, client)
+    bad = client.post(f"{server.management}/workflows", params={"url": "nmt_wf_dual.war", "workflow_name": "a/b"})
+    assert bad.status_code == 400
 
 
 def test_a_node_error_fails_only_its_request(served) -> None:
