@@ -39,6 +39,7 @@ from serve.frontends.http.auth import TokenAuth
 from serve.frontends.http.connection_limits import ConnectionLimits, limited_http_protocol
 from serve.management.registry import ModelRegistry
 from serve.metrics import ServerMetrics
+from serve.metrics.configure import start_default_metrics
 from serve.workflows import WorkflowManager
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ def _listener(app: ASGIApp, address: str, settings: Settings, key: str,
 async def serve(settings: Settings, started: asyncio.Event | None = None) -> int:
     """Run the server until a stop signal (or `stop` below) and drain; the exit code."""
     metrics = ServerMetrics()
+    system = start_default_metrics(metrics, settings)  # metrics_mode, metrics_config, the host gauges' sampler
     registry = ModelRegistry(settings, metrics)
     dataplane = DataPlane(registry, metrics, settings)
     workflows = dataplane.workflows = WorkflowManager(registry, settings)
@@ -124,6 +126,8 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
         await registry.shutdown(settings.unregister_model_timeout)
         await workflows.shutdown()
         auth.remove_key_file()
+        if system is not None:
+            system.stop()
     failed = [t.exception() for t in tasks if t.done() and not t.cancelled() and t.exception()]
     return 1 if failed else 0
 

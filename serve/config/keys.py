@@ -48,8 +48,10 @@ READERS: dict[str, Callable[[str, Any], Any]] = {
     "cors_allowed_origin": v.optional_text,
     "cors_allowed_methods": v.optional_text,
     "cors_allowed_headers": v.optional_text,
-    "metrics_mode": v.choice("prometheus", "log"),
+    "metrics_mode": v.choice("prometheus", "log", "legacy"),
     "metrics_config": v.optional_path,
+    "metric_time_interval": v.int_at_least(1),
+    "disable_system_metrics": v.to_bool,
     "enable_metrics_api": v.to_bool,
     "decode_input_request": v.to_bool,
     "limit_max_image_pixels": v.to_bool,
@@ -101,9 +103,8 @@ NO_EFFECT: dict[str, str] = {
     "blacklist_env_vars": _UNSUPPORTED,
     "model_metrics_auto_detect": "serve exports every metric a handler records, declared in metrics_config or not "
     "(TorchServe's model_metrics_auto_detect=true)",
-    "disable_system_metrics": _UNSUPPORTED,
-    "system_metrics_cmd": _UNSUPPORTED,
-    "metric_time_interval": _UNSUPPORTED,
+    "system_metrics_cmd": "serve reads the host metrics itself (/proc and statvfs, serve/metrics/system_metrics.py); "
+    "no command is run",
     "ts_open_inference_protocol": _UNSUPPORTED + " yet (the Open Inference Protocol comes with gRPC)",
     "ts_header_key_sequence_id": "sequence batching uses TorchServe's default header name, ts_request_sequence_id",
     "ts_header_key_sequence_start": "sequence batching uses TorchServe's default header name, "

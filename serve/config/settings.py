@@ -80,10 +80,15 @@ class Settings:
     cors_allowed_headers: str | None = None
 
     # metrics and handlers
-    metrics_mode: str = "prometheus"  # "prometheus" or "log"
+    # "prometheus": all on /metrics; "log": none there, all in {log_location}/ts_metrics.log and model_metrics.log;
+    # "legacy": TorchServe's three ts_* counters on /metrics, the rest logged (serve/metrics/metrics_log.py)
+    metrics_mode: str = "prometheus"
     # TorchServe's metrics YAML: its model_metrics are made in every worker's metrics cache before the handler
-    # loads (serve/metrics/metrics_config.py); the frontend's metrics stay serve's own set
+    # loads (serve/metrics/metrics_config.py); TorchServe's default metrics it does not declare are not exported
+    # (serve/metrics/default_metrics.py)
     metrics_config: Path | None = None
+    metric_time_interval: int = 60  # s between samples of the host metrics (serve/metrics/system_metrics.py)
+    disable_system_metrics: bool = False
     enable_metrics_api: bool = True
     decode_input_request: bool = True  # JSON/text bodies decoded for the handler (TorchServe's worker does it)
     limit_max_image_pixels: bool = True

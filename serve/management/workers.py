@@ -301,6 +301,7 @@ class WorkerPool:
         worker = slot.worker = WorkerProcess(slot.id, self.spec, slot.gpu)
         worker.on_exit(slot.wake)
         worker.on_exit(self._report)
+        started = time.monotonic()
         try:
             await worker.start()
         except (ModelLoadError, WorkerError, OSError) as e:
@@ -318,6 +319,7 @@ class WorkerPool:
         slot.warned_memory = False
         slot.first_load(None)
         name, version, reader = self.spec.model_name, self.spec.version, worker.memory_usage
+        self.metrics.worker_load_time(f"W-{slot.id}-{name}_{version}", (time.monotonic() - started) * 1000)
         if worker.load_metrics:
             self.metrics.backend_metrics(name, version, worker.load_metrics)
         self.metrics.watch_worker_memory(name, version, slot.id, reader)
@@ -414,7 +416,9 @@ class WorkerPool:
             (log.warning if slot.stopping else log.error)("model %s version %s: %s", name, version, reply)
             await worker.wait_exit(10.0)
             return False
-        self.metrics.handler_time(name, version, float(reply.get("handler_ms", 0.0)))
+        handler_ms = float(reply.get("handler_ms", 0.0))
+        self.metrics.handler_time(name, version, handler_ms)
+        self.metrics.worker_thread_time(max(0.0, (time.monotonic() - now) * 1000 - handler_ms))
         if reply.get("metrics"):
             self.metrics.backend_metrics(name, version, reply["metrics"])
         return True

@@ -12,8 +12,10 @@ Decisions:
   `{name, unit, dimensions}`. Both sections are checked; a metric without a name, an unknown type or dimensions
   that are not a list of strings is a ValueError naming the file, the section and the entry, so a typo stops the
   server at startup instead of a handler failing at its first request.
-- `ts_metrics` selects TorchServe's frontend metrics; serve's frontend exports its own fixed set (the `ts_*`
-  families, serve/metrics/server_metrics.py) whatever the file lists, so that section is checked, not used.
+- Of TorchServe's default metrics (its own metrics.yaml: the `ts_metrics` of the frontend and host, HandlerTime
+  and PredictionTime), a file keeps those it declares, with their default dimensions, and drops the others from
+  `/metrics` and the metrics log (default_metrics.py). serve's own families (`ts_inference_errors_total`,
+  `ts_batch_size`, ...) are not TorchServe's and stay whatever the file lists.
 - The file is read with PyYAML (imported here only): TorchServe's files name their dimensions through YAML anchors
   and aliases, which serve's own model-config reader refuses. Without PyYAML, a metrics_config is an error that
   says to install it; serve runs without one as before.
@@ -43,6 +45,11 @@ class DeclaredMetric:
 
 def read_metrics_config(path: str | Path) -> list[DeclaredMetric]:
     """The `model_metrics` the file declares, in its order; ValueError when the file is not TorchServe's shape."""
+    return read_sections(path)["model_metrics"]
+
+
+def read_sections(path: str | Path) -> dict[str, list[DeclaredMetric]]:
+    """Both sections of the file ({"ts_metrics": [...], "model_metrics": [...]}), each in the file's order."""
     path = Path(path)
     try:
         import yaml
@@ -56,8 +63,7 @@ def read_metrics_config(path: str | Path) -> list[DeclaredMetric]:
     if not isinstance(data, dict):
         raise ValueError(f"metrics_config {path}: expected a mapping with ts_metrics and model_metrics, got "
                          f"{type(data).__name__}")  # fmt: skip
-    declared = {section: _section(path, section, data.get(section)) for section in SECTIONS}
-    return declared["model_metrics"]
+    return {section: _section(path, section, data.get(section)) for section in SECTIONS}
 
 
 def _section(path: Path, section: str, body: Any) -> list[DeclaredMetric]:

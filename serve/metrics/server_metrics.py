@@ -8,7 +8,15 @@ labels are TorchServe's (spec section 3):
     ts_inference_latency_microseconds           {model_name, model_version, hostname}   sum of end-to-end time
     ts_queue_latency_microseconds               {model_name, model_version, hostname}   sum of time in queue
     QueueTime (ms, last wait)                   {Level="Host", Hostname}
+    WorkerThreadTime (ms, last batch)           {Level="Host", Hostname}  the batch's time in the frontend, less
+                                                the worker's time running the handler
+    WorkerLoadTime (ms)                         {WorkerName="W-<worker id>-<model>_<version>", Level="Host",
+                                                Hostname}  worker process started -> model loaded, per worker
     HandlerTime (ms, last batch)                {ModelName, Level="Model", Hostname}
+    PredictionTime (ms, last batch)             {ModelName, Level="Model", Hostname}  the worker's call of the
+                                                handler, as TorchServe's ts/service.py measures it
+    CPUUtilization, MemoryUsed, ...             {Level="Host", Hostname}  host gauges, once `watch_system` was
+                                                called (system_metrics.py: every metric_time_interval)
     any metric a handler records                its dimensions + Hostname (backend_metrics.py)
     GPUUtilization / GPUMemoryUtilization / GPUMemoryUsed   {Level="Host", DeviceId, Hostname}   per GPU, once
                                                 `watch_gpus` was called (gpu_metrics.py); absent without GPUs
@@ -32,6 +40,9 @@ Decisions:
   are held as gauges that only grow, and the page (text_format.py, TorchServe's simpleclient 0.9.0 text) types
   them `counter`, with no `_created` series and TorchServe's `{Level="Host",Hostname="h",}` label sets.
 - `model_version` is "default" when the request named no version, as in TorchServe.
+- `configure` applies a metrics_config (default_metrics.py: TorchServe's default metrics it does not declare are
+  left off the page) and, in metrics_mode log or legacy, the metrics log every update is also written to
+  (metrics_log.py).
 - What every request records is tallied in plain numbers and made into families when the page is collected
   (request_tallies.py); the rest are prometheus-client metrics. One collector yields all of the server's own
   families in the order above, so the page reads as before.
@@ -40,7 +51,7 @@ Decisions:
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -48,8 +59,11 @@ from prometheus_client.registry import Collector
 
 from serve.metrics import text_format
 from serve.metrics.backend_metrics import BackendMetrics
+from serve.metrics.default_metrics import DefaultMetrics
 from serve.metrics.gpu_metrics import GpuCollector
+from serve.metrics.metrics_log import MetricsLog
 from serve.metrics.request_tallies import MODEL_LABELS, RequestTallies
+from serve.metrics.system_metrics import SystemMetrics
 from serve.metrics.worker_metrics import Reader, WorkerMemoryCollector
 
 # metrics_mode=legacy serves only these (TorchServe's three ts_* counters)
@@ -77,6 +91,12 @@ class ServerMetrics:
                                MODEL_LABELS + ("code",), registry=None)  # fmt: skip
         self._handler_time = Gauge("HandlerTime", _help("gauge", "Milliseconds"),
                                    ("ModelName", "Level", "Hostname"), registry=None)  # fmt: skip
+        self._prediction_time = Gauge("PredictionTime", _help("gauge", "Milliseconds"),
+                                      ("ModelName", "Level", "Hostname"), registry=None)  # fmt: skip
+        self._worker_thread_time = Gauge("WorkerThreadTime", _help("gauge", "Milliseconds"), ("Level", "Hostname"),
+                                         registry=None)  # fmt: skip
+        self._worker_load_time = Gauge("WorkerLoadTime", _help("gauge", "Milliseconds"),
+                                       ("WorkerName", "Level", "Hostname"), registry=None)  # fmt: skip
         self._batch = Histogram("ts_batch_size", "Requests per batch sent to a worker", MODEL_LABELS,
                                 buckets=BATCH_BUCKETS, registry=None)  # fmt: skip
         self._workers = Gauge("ts_model_workers", "Worker processes of the model: live ones and all of them",
@@ -86,7 +106,8 @@ class ServerMetrics:
         reg.register(_ServerFamilies(self._tallies, [
             "Requests2XX", "Requests4XX", "Requests5XX", "ts_inference_requests", "ts_inference_latency_microseconds",
             "ts_queue_latency_microseconds", self._errors, "ts_inference_latency_seconds", "QueueTime",
-            self._handler_time, self._batch, "ts_queue_depth", self._workers, self._restarts,
+            self._worker_thread_time, self._worker_load_time, self._handler_time, self._prediction_time, self._batch,
+            "ts_queue_depth", self._workers, self._restarts,
         ]))  # fmt: skip
         self._worker_memory = WorkerMemoryCollector(self.hostname)
         reg.register(self._worker_memory)
@@ -94,6 +115,10 @@ class ServerMetrics:
         self._backend = BackendMetrics(reg, self.hostname)
         # BaseHandler records HandlerTime itself: its records land in the same family as handler_time()
         self._backend.adopt("HandlerTime", "gauge", ("ModelName", "Level", "Hostname"), self._handler_time)
+        self._backend.adopt("PredictionTime", "gauge", ("ModelName", "Level", "Hostname"), self._prediction_time)
+        self.defaults = DefaultMetrics()  # which of TorchServe's default metrics are shown (configure)
+        self.log: MetricsLog | None = None  # metrics_mode log / legacy: every update is also written here
+        self._system: SystemMetrics | None = None
         self._gpus: GpuCollector | None = None
 
     def watch_gpus(self, uuids: Sequence[str], collector: GpuCollector | None = None) -> None:
@@ -105,9 +130,27 @@ class ServerMetrics:
         if self._gpus is not None:
             self.registry.register(self._gpus)
 
+    def configure(self, defaults: DefaultMetrics, log: MetricsLog | None = None) -> None:
+        """Show only the default metrics `defaults` keeps; write every update to `log` too (None: no log)."""
+        self.defaults, self.log = defaults, log
+
+    def watch_system(self, system: SystemMetrics | None) -> None:
+        """Report the host gauges of `system` (system_metrics.py) on every page from now on (None: stop)."""
+        if self._system is not None:
+            self.registry.unregister(self._system)
+        self._system = system
+        if system is not None:
+            self.registry.register(system)
+
+    def gpu_families(self) -> Iterable[Any]:
+        """The GPU gauges now (runs nvidia-smi at most every few seconds); none without watched GPUs."""
+        return self._gpus.collect() if self._gpus is not None else ()
+
     def http_response(self, status: int) -> None:
         """Requests2XX / 4XX / 5XX: one per HTTP response on any listener (1xx and 3xx count as 2XX)."""
         self._tallies.response(status)
+        if self.log is not None:
+            self.log.response(status)
 
     def request(self, model: str, version: str, status: int, latency_s: float) -> None:
         """One inference answered (or failed) after `latency_s` seconds end to end."""
@@ -115,13 +158,33 @@ class ServerMetrics:
         self._tallies.request(key, latency_s)
         if status >= 400:
             self._errors.labels(*key, self.hostname, str(status)).inc()
+        if self.log is not None:
+            self.log.request(model, version, latency_s)
 
     def queue_latency(self, model: str, version: str, seconds: float) -> None:
         self._tallies.queue_latency((model, version or "default"), seconds)
+        if self.log is not None:
+            self.log.queue(model, version, seconds)
 
     def handler_time(self, model: str, version: str, ms: float) -> None:
-        """TorchServe's HandlerTime carries no version label; `version` is accepted for a uniform call."""
+        """The worker's time running the handler on a batch: HandlerTime and PredictionTime (TorchServe's carry no
+        version label; `version` is accepted for a uniform call)."""
         self._child(self._handler_time, model, "Model", self.hostname).set(ms)
+        self._child(self._prediction_time, model, "Model", self.hostname).set(ms)
+        if self.log is not None:
+            self.log.handler(model, ms)
+
+    def worker_thread_time(self, ms: float) -> None:
+        """WorkerThreadTime: a batch's time in the frontend, less the worker's time running the handler."""
+        self._child(self._worker_thread_time, "Host", self.hostname).set(ms)
+        if self.log is not None:
+            self.log.default("WorkerThreadTime", (("Level", "Host"),), ms)
+
+    def worker_load_time(self, worker_name: str, ms: float) -> None:
+        """WorkerLoadTime of the worker named `worker_name` (TorchServe's W-<port>-<model>_<version>)."""
+        self._child(self._worker_load_time, worker_name, "Host", self.hostname).set(ms)
+        if self.log is not None:
+            self.log.default("WorkerLoadTime", (("WorkerName", worker_name), ("Level", "Host")), ms)
 
     def batch(self, model: str, version: str, size: int) -> None:
         self._child(self._batch, model, version or "default", self.hostname).observe(size)
@@ -167,6 +230,8 @@ class ServerMetrics:
     def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:
         """Records a worker's handler produced (MetricsCache records as dicts); they carry their own ModelName."""
         self._backend.record(records)
+        if self.log is not None:
+            self.log.records(records)
 
     def render(self, names: Iterable[str] | None = None) -> tuple[bytes, str]:
         """The Prometheus text page (format 0.0.4 as TorchServe writes it: text_format.py) and its content type.
@@ -176,6 +241,8 @@ class ServerMetrics:
         With GPUs watched this runs nvidia-smi (at most every few seconds): call it off the event loop.
         """
         source: Collector = self.registry if names is None else _Filtered(self.registry, set(names))
+        if self.defaults.dropped:
+            source = _Filtered(source, self.defaults.family_names(), keep=False)
         counters = COUNTER_GAUGES | self._backend.counters()
         return text_format.render(source.collect(), counters), text_format.CONTENT_TYPE
 
@@ -199,13 +266,14 @@ class _ServerFamilies(Collector):
 
 
 class _Filtered(Collector):
-    """The registry's families that match a set of names."""
+    """The registry's families that match a set of names (`keep=False`: those that do not)."""
 
-    def __init__(self, registry: CollectorRegistry, names: set[str]) -> None:
+    def __init__(self, registry: Collector, names: Set[str], keep: bool = True) -> None:
         self._registry = registry
         self._names = names
+        self._keep = keep
 
     def collect(self) -> Iterable[Any]:
         for family in self._registry.collect():
-            if family.name in self._names or any(s.name in self._names for s in family.samples):
+            if (family.name in self._names or any(s.name in self._names for s in family.samples)) == self._keep:
                 yield family

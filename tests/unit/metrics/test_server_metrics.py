@@ -164,7 +164,7 @@ def test_per_batch_records_look_up_each_label_set_once(monkeypatch):
     for _ in range(5):
         metrics.batch("m", "1.0", 8)
         metrics.handler_time("m", "1.0", 1.5)
-    assert looked_up == [("m", "1.0", "h"), ("m", "Model", "h")]
+    assert looked_up == [("m", "1.0", "h"), ("m", "Model", "h"), ("m", "Model", "h")]  # HandlerTime, PredictionTime
     metrics.queue_depth("m", "1.0", 3)
     metrics.remove_model("m", "1.0")
     assert "ts_queue_depth{" not in _page(metrics)

@@ -1,8 +1,9 @@
 """`GET /metrics` on the metrics port: the Prometheus text page, filtered with `?name[]=A&name[]=B` as TorchServe.
 
 `metrics_mode` (spec section 3): `prometheus` (our default; TorchServe's `log` default leaves `/metrics` empty,
-pain point 15) serves every metric; `legacy` only TorchServe's three `ts_*` counters; `log` an empty page (we
-write no metric log files). No token is needed, so Prometheus scrapes work with token authorization on.
+pain point 15) serves every metric; `legacy` only TorchServe's three `ts_*` counters; `log` an empty page (both
+write the metrics to `ts_metrics.log` and `model_metrics.log` instead: serve/metrics/metrics_log.py).
+No token is needed, so Prometheus scrapes work with token authorization on.
 The page is rendered in a thread: the GPU gauges (serve/metrics/gpu_metrics.py) run nvidia-smi.
 """
 
