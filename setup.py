@@ -1,8 +1,8 @@
-"""Builds serve's native CPU kernels (serve/backend/native: serve_kernels.c and sk_norm.c, sharing sk_isa.h) three
-times: AVX-512 and AVX2 shared libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same plus the bfloat16
-products), loaded with ctypes by serve/backend/cpu_native.py, which picks what the CPU runs at run time. A compiler
-failure never fails the install: serve then runs its numpy kernels (or without the bf16 products, for the third
-build)."""
+"""Builds serve's native CPU kernels (serve/backend/native: serve_kernels.c, sk_norm.c and sk_paged.c, sharing
+sk_isa.h) three times: AVX-512 and AVX2 shared libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same
+plus the bfloat16 products), loaded with ctypes by serve/backend/cpu_native.py, which picks what the CPU runs at run
+time. A compiler failure never fails the install: serve then runs its numpy kernels (or without the bf16 products,
+for the third build)."""
 
 import os
 import platform
@@ -12,7 +12,12 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HEADER = "serve/backend/native/sk_isa.h"
-SOURCES = ["serve/backend/native/serve_kernels.c", "serve/backend/native/sk_norm.c"]  # one library per ISA from both
+SOURCES = [  # one library per ISA from all of them
+    "serve/backend/native/serve_kernels.c",
+    "serve/backend/native/sk_norm.c",
+    "serve/backend/native/sk_paged.c",
+    "serve/backend/native/sk_w8.c",
+]
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
 AVX512 = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"]
 ISAS = {

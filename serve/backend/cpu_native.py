@@ -43,6 +43,7 @@ _SIGNATURES = {
     "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64, _INT],
     "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
     "sk_layernorm": [_PTR] * 3 + [_I64] + [_PTR] * 2 + [ctypes.c_float, _I64, _I64],
+    "sk_paged_decode": [_PTR] * 4 + [_I64, _PTR, _PTR] + [_I64] * 4 + [ctypes.c_float] * 2 + [_I64] * 3,
 }
 _BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
 
@@ -60,7 +61,7 @@ class _Lib:
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
         self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
         self.maxpool, self.attention, self.winograd = self.dll.sk_maxpool, self.dll.sk_attention, self.dll.sk_winograd
-        self.layernorm = self.dll.sk_layernorm
+        self.layernorm, self.paged_decode = self.dll.sk_layernorm, self.dll.sk_paged_decode
         self.nr: int = self.dll.sk_nr()
         if name == _BF16:
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
@@ -137,9 +138,20 @@ def available() -> bool:
     return _lib is not None
 
 
+def library() -> ctypes.CDLL | None:
+    """The loaded fp32 kernel library itself, for the modules beside this one that bind their own kernels from it
+    (cpu_int8: the int8 weight products of sk_w8.c); None when the native kernels are off."""
+    return None if _lib is None else _lib.dll
+
+
 def attention_kernel() -> Any:
     """The loaded build's fused attention (serve.backend.cpu_attention calls it), or None."""
     return None if _lib is None else _lib.attention
+
+
+def paged_decode_kernel() -> Any:
+    """The loaded build's decode attention over a paged KV cache (serve.backend.cpu_paged calls it), or None."""
+    return None if _lib is None else _lib.paged_decode
 
 
 def bf16_available() -> bool:
@@ -324,6 +336,16 @@ def _rows(op: str, name: str, arr: Any, shape: tuple[int, int]) -> np.ndarray:
 
 def _row_stride(arr: np.ndarray) -> int:
     return arr.strides[0] // 4 if arr.shape[0] > 1 else arr.shape[1]
+
+
+def rows_view(op: str, name: str, arr: Any, shape: tuple[int, int]) -> np.ndarray:
+    """`arr` checked as a float32 (M, N) matrix with contiguous rows and any row stride (see _rows)."""
+    return _rows(op, name, arr, shape)
+
+
+def row_stride(arr: np.ndarray) -> int:
+    """The row stride of such a matrix, in elements."""
+    return _row_stride(arr)
 
 
 def gemm(

@@ -75,4 +75,21 @@ static inline float hsum(V v) {
     return t;
 }
 
+/* exp(x) for x clamped to [-87.3, 88.3] (2^n stays a normal number): Cody-Waite reduction by ln 2 and the
+ * Cephes expf polynomial, about 1 ulp. */
+static inline V v_exp(V x) {
+    x = vmin(vmax(x, vset1(-87.3f)), vset1(88.3f));
+    V n = vround(vmul(x, vset1(1.44269504088896341f)));
+    V r = vfma(n, vset1(-0.693359375f), x);
+    r = vfma(n, vset1(2.12194440e-4f), r);
+    V p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vfma(vmul(p, r), r, vadd(r, vset1(1.0f)));
+    return vmul(p, vpow2i(n));
+}
+
 #endif /* SK_ISA_H */
