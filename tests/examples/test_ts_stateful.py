@@ -143,3 +143,29 @@ def test_an_idle_sequence_is_freed_and_its_id_then_refused(served):
     assert describe["openSequences"] == 0, describe
     expired = predict(server, "idle", b"1", **{SEQ: "sleepy"})
     assert expired.status_code == 400 and "expired" in expired.json()["message"], expired.text
+
+
+def test_stream_predictions2_carries_a_sequence(served):
+    """TorchServe's bidirectional gRPC call: `sequence_id` names the sequence, the input `ts_request_sequence_end`
+    ends it; the answers carry the id (a new one for a request without it), a request after the end is answered
+    in band with INVALID_ARGUMENT and the call goes on."""
+    grpc = pytest.importorskip("grpc")
+    from serve.frontends.grpc.generated import inference_pb2 as pb
+    from serve.frontends.grpc.generated import inference_pb2_grpc
+
+    server, _ = served
+
+    def request(value: int, sequence_id: str | None = None, end: bool = False) -> pb.PredictionsRequest:
+        inputs = {"data": str(value).encode(), **({END: b"true"} if end else {})}
+        return pb.PredictionsRequest(model_name="stateful", sequence_id=sequence_id, input=inputs)
+
+    with grpc.insecure_channel(server.grpc_inference) as channel:
+        stub = inference_pb2_grpc.InferenceAPIsServiceStub(channel)
+        sent = [request(1, "grpc_seq"), request(2, "grpc_seq"), request(3, "grpc_seq", end=True),
+                request(4, "grpc_seq"), request(7)]  # fmt: skip
+        answers = list(stub.StreamPredictions2(iter(sent), timeout=300))
+    assert [(a.prediction, a.sequence_id) for a in answers[:3]] == [(b"1", "grpc_seq"), (b"3", "grpc_seq"),
+                                                                      (b"6", "grpc_seq")]  # fmt: skip
+    ended = answers[3]
+    assert ended.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "was ended" in ended.status.message
+    assert answers[4].prediction == b"7" and answers[4].sequence_id.startswith("ts-seq-")

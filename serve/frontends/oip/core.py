@@ -34,11 +34,13 @@ from serve.batching import InferenceRequest, envelopes, json_values
 from serve.errors import InvalidInput, PredictionException
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.oip import tensors
+from serve.frontends.oip.sequence import sequence_headers
 from serve.frontends.request_ids import new_request_id
 
 SERVER_NAME = "serve"
 PLATFORM = "serve_python"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
+EXTENSIONS.append("sequence")  # Triton's sequence request parameters (oip/sequence.py)
 PROTOCOL_HEADER = envelopes.PROTOCOL_HEADER
 BINARY_PARAMETERS = ("binary_data_size", "binary_data", "binary_data_output")
 DEFAULT_INPUT, DEFAULT_OUTPUT = "input0", "output0"
@@ -157,6 +159,7 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
     if not request.inputs:
         raise InvalidInput("the inference request has no inputs: send at least one {name, datatype, shape, data}")
     request_id = request.id or new_request_id()
+    headers = {**(headers or {}), **sequence_headers(request.parameters)}  # Triton's sequence_* parameters
     job = InferenceRequest(
         request_id=request_id,
         inputs={"body": json.dumps(handler_body(request)).encode()},

@@ -13,7 +13,7 @@ perf_analyzer.
 
 Deliberate differences from Triton: ModelReady and ModelMetadata of an unknown model are NOT_FOUND (the REST
 routes' 404, through serve.frontends.errors); the statistics, shared-memory, trace, log and repository load/unload rpcs
-are not declared (UNIMPLEMENTED); ModelStreamInfer is not served.
+are not declared (UNIMPLEMENTED). ModelStreamInfer comes from stream_infer.py.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from serve.frontends import oip
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
+from serve.frontends.grpc.servicers.stream_infer import StreamInfer
 from serve.frontends.grpc.status import abort
 from serve.frontends.oip import repository, tensors
 
@@ -116,7 +117,7 @@ def _version(version: str) -> str | None:
     return version or None
 
 
-class KServeV2Servicer(pb_grpc.GRPCInferenceServiceServicer):
+class KServeV2Servicer(StreamInfer, pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
 

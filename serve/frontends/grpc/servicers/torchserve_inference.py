@@ -21,11 +21,14 @@ so the answers come in the requests' order. Where TorchServe's semantics are fol
 - a client's cancel (or the call's deadline) stops the request in flight: its answer's stream is closed, which
   reaches a continuous handler as its `cancel(request_id)` (serve/management/continuous.py), and requests not yet
   read are never run.
-Sequences: serve refuses stateful archives (`sequenceBatching`) at registration, so the requests of a call carry
-no sequence semantics here beyond being answered in order, on whichever worker the model's queue picks.
-`sequence_id` is optional (TorchServe answers a request without one, and without the input
-`ts_request_sequence_start`, with an in-band "Parameter sequenceId is required."), and each answer message
-echoes the request's `sequence_id` when it had one (TorchServe leaves it unset) so a client can match them.
+Sequences (a model with `sequenceBatching: true`, serve/management/sequences.py): a request's `sequence_id` is its
+sequence (the `ts_request_sequence_id` header the router and the handler read), and its inputs
+`ts_request_sequence_start` / `ts_request_sequence_end` ("true") start and end it, as TorchServe reads them (it
+inverts the end flag, a bug: here "true" ends the sequence). A request without `sequence_id` to a stateful model
+opens a new sequence, as over REST (TorchServe answers one without the start input with an in-band
+"Parameter sequenceId is required."). Each answer message carries the request's sequence id, the new one for a
+request that opened it (TorchServe leaves it unset), so a client can continue and match them. The same fields
+work on Predictions and StreamPredictions, one request each.
 
 Deliberate differences from TorchServe:
 - errors map by serve.frontends.errors: an unknown model is NOT_FOUND and an empty model_name INVALID_ARGUMENT
@@ -48,6 +51,7 @@ from serve.frontends.grpc.generated import inference_pb2 as pb
 from serve.frontends.grpc.generated import inference_pb2_grpc as pb_grpc
 from serve.frontends.grpc.status import abort, code_for_status
 from serve.frontends.request_ids import new_request_id
+from serve.management.sequences import SEQUENCE_END, SEQUENCE_ID, SEQUENCE_START
 
 ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo"
 
@@ -96,6 +100,7 @@ class TorchServeInferenceServicer(pb_grpc.InferenceAPIsServiceServicer):
         sequence_id = request.sequence_id if request.HasField("sequence_id") else None  # None: left unset
         try:
             response = await self._submit(request, context)
+            sequence_id = response.headers.get(SEQUENCE_ID, sequence_id)  # the id of a sequence it opened
             if response.status >= 400:  # the handler answered an error status itself: the table maps its code
                 raise PredictionException(response.body.decode("utf-8", "replace"), response.status)
         except Exception as exc:
@@ -134,6 +139,11 @@ class TorchServeInferenceServicer(pb_grpc.InferenceAPIsServiceServicer):
             raise InvalidInput("Parameter model_name is required: set PredictionsRequest.model_name")
         headers = {k.lower(): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
         headers.update(url_path="", explain="False")
+        if request.sequence_id:  # a stateful model's sequence (its flags ride in the inputs, as in TorchServe)
+            headers[SEQUENCE_ID] = request.sequence_id
+        for flag in (SEQUENCE_START, SEQUENCE_END):
+            if flag in request.input:
+                headers[flag] = request.input[flag].decode("utf-8", "replace").strip().lower()
         job = InferenceRequest(request_id=new_request_id(), inputs=dict(request.input), headers=headers,
                                decode=self.decode)  # fmt: skip
         return await self.dataplane.predict(request.model_name, request.model_version or None, job)

@@ -246,7 +246,8 @@ def test_unknown_v2_path_is_echoed_bounded_and_escaped(tmp_path):
 
 
 def test_core_infer_selects_requested_outputs():
-    assert core.server_metadata()["extensions"] == ["binary_tensor_data", "model_configuration"]
+    extensions = core.server_metadata()["extensions"]
+    assert extensions[:2] == ["binary_tensor_data", "model_configuration"] and "sequence" in extensions
     a = {"name": "a", "datatype": "INT32", "shape": [1], "data": [1]}
     b = {"name": "b", "datatype": "BYTES", "shape": [1], "data": ["z"]}
     outputs = core.parse_handler_answer(json.dumps({"outputs": [a, b]}).encode())
