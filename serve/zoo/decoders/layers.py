@@ -16,6 +16,9 @@ Decisions, and why:
   block goes into the kernel's epilogue: the activation (GPT-2's GELU after c_fc) or the residual add (x + o_proj,
   x + down), so neither is a numpy pass over the (T, out) result. Either one, not both: the kernel adds the
   residual before the activation, which no block wants.
+- dtype "int8" is weight-only int8 (serve.backend.cpu_int8: per-column scales, quantised here at load, fp32
+  activations widened against the int8 weights in registers): a quarter of fp32's bytes per token, the decode
+  step's cost; the numpy fallback dequantises per call where the native library is absent.
 - layer_norm runs the native kernel (sk_norm.c, PyTorch's LayerNorm) where it is loaded: one pass instead of
   numpy's six.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve.backend import cpu_blas, cpu_native, cpu_threads
+from serve.backend import cpu_blas, cpu_int8, cpu_native, cpu_threads
 
 __all__ = ["Linear", "gelu_tanh", "layer_norm", "rms_norm", "silu_and_mul"]
 
@@ -36,13 +39,14 @@ class Linear:
         self.in_features, self.out_features = int(weight.shape[0]), int(weight.shape[1])
         self.bias = None if bias is None else np.ascontiguousarray(bias, np.float32)
         self.weight: np.ndarray | None = None
-        self._parts: list[tuple[int, int, cpu_native.PackedWeight, np.ndarray | None]] = []
+        self._parts: list[tuple[int, int, cpu_native.PackedWeight | cpu_int8.QuantizedWeight, np.ndarray | None]] = []
         if dtype == "bfloat16" and not cpu_native.bf16_available():
             raise ValueError("bfloat16 weights need a CPU with AVX512-BF16 and serve's native kernels; use float32")
-        if cpu_native.available():
+        if dtype == "int8" or cpu_native.available():
             columns = cpu_threads.spans(self.out_features, grain=64)
             b = self.bias
-            packs = [(c0, c1, cpu_native.pack_weight(weight[:, c0:c1], dtype)) for c0, c1 in columns]
+            pack = cpu_int8.quantize_weight if dtype == "int8" else lambda w: cpu_native.pack_weight(w, dtype)
+            packs = [(c0, c1, pack(weight[:, c0:c1])) for c0, c1 in columns]
             self._parts = [(c0, c1, w, None if b is None else b[c0:c1]) for c0, c1, w in packs]
         else:
             self.weight = np.ascontiguousarray(weight, np.float32)
@@ -66,7 +70,8 @@ class Linear:
         def run(i: int, _: int) -> None:
             c0, c1, packed, bias = self._parts[i]
             part = None if res is None else res[:, c0:c1]
-            cpu_native.gemm(x, packed, bias, residual=part, act=act, out=out[:, c0:c1])  # (T, c1 - c0)
+            gemm = cpu_int8.gemm if isinstance(packed, cpu_int8.QuantizedWeight) else cpu_native.gemm
+            gemm(x, packed, bias, residual=part, act=act, out=out[:, c0:c1])  # type: ignore[arg-type]  # (T, c1 - c0)
 
         cpu_threads.parallel(run, [(i, i + 1) for i in range(len(self._parts))])
         return out

@@ -1,0 +1,138 @@
+"""Weight-only int8 products on the CPU: a float weight quantised once at load, per output column, and multiplied by
+float32 activations in the native kernel (serve/backend/native/sk_w8.c).
+
+Decisions, and why:
+- Symmetric per-channel int8 (scale = max |w[:, n]| / 127, zero point 0, values clipped to [-127, 127]), PyTorch's
+  and llama.cpp's Q8 idea at the granularity of an output channel: no calibration data, and a channel's largest
+  weight is kept exactly. A column of zeros gets scale 1 (its products stay 0).
+- Weight-only: the activations stay float32 and the kernel widens the int8 weights to float32 in registers, so the
+  only error is the weights' rounding (|dw| <= scale / 2). What it buys is bytes: a decode step, which reads every
+  weight once per token, streams a quarter of fp32's and half of bf16's (issue 27, item 3).
+- Where the native library is not loaded (SERVE_NATIVE=0, a CPU without AVX2) the same arithmetic runs in numpy
+  on the int8 weight (dequantised per call: slow, but the memory stays a quarter).
+- The layout is the kernel's (column panels `width` wide, K rows each, int8), made here with numpy; `width` comes
+  from the loaded build (32 columns on AVX-512, 16 on AVX2) so a packed weight matches the kernel that reads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from serve.backend import cpu_native
+
+__all__ = ["ACTIVATIONS", "QuantizedWeight", "available", "dequantize", "gemm", "quantize_weight"]
+
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
+_PTR, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_SIGNATURE: list[Any] = [_PTR, _I64, _I64, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _INT, _I64, _I64]
+
+
+_BOUND: dict[int, tuple[Any, int]] = {}  # id(library) -> (sk_gemm_w8 with its argtypes, the panel width)
+_FALLBACK_WIDTH = 32
+
+
+def _kernel() -> tuple[Any, int] | None:
+    """The int8 kernel of the library cpu_native runs now (tests switch builds), and its panel width."""
+    dll = cpu_native.library()
+    if dll is None or not hasattr(dll, "sk_gemm_w8"):
+        return None
+    if id(dll) not in _BOUND:
+        fn, width = dll.sk_gemm_w8, dll.sk_w8_width
+        fn.argtypes, fn.restype, width.restype = _SIGNATURE, ctypes.c_int, ctypes.c_int64
+        _BOUND[id(dll)] = (fn, int(width()))
+    return _BOUND[id(dll)]
+
+
+def available() -> bool:
+    """True when the native int8 kernel is loaded (else gemm runs the numpy fallback)."""
+    return _kernel() is not None
+
+
+class QuantizedWeight:
+    """w (K, N) as int8 panels (npanels, K, width) and float32 scales (npanels * width,), zero-padded past N."""
+
+    __slots__ = ("data", "k", "n", "scale", "width")
+
+    def __init__(self, data: np.ndarray, scale: np.ndarray, k: int, n: int, width: int) -> None:
+        self.data, self.scale, self.k, self.n, self.width = data, scale, k, n, width
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + self.scale.nbytes)
+
+    def __repr__(self) -> str:
+        return f"QuantizedWeight(k={self.k}, n={self.n}, int8, per-column scales)"
+
+
+def quantize_weight(w_kn: np.ndarray) -> QuantizedWeight:
+    """Quantise w (K, N), the right operand of out = a @ w, to int8 per column (module docstring)."""
+    w = np.asarray(w_kn, np.float32)
+    if w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
+        raise ValueError(f"quantize_weight: expected a non-empty (K, N) matrix, got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise ValueError("quantize_weight: the weight holds NaN or infinity; int8 cannot represent it")
+    k, n = w.shape
+    peak = np.abs(w).max(axis=0)  # (N,)
+    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)  # (K, N)
+    native = _kernel()
+    width = native[1] if native is not None else _FALLBACK_WIDTH
+    panels = -(-n // width)
+    padded = np.zeros((k, panels * width), np.int8)
+    padded[:, :n] = q
+    data = np.ascontiguousarray(padded.reshape(k, panels, width).transpose(1, 0, 2))  # (panels, K, width)
+    scales = np.zeros(panels * width, np.float32)
+    scales[:n] = scale
+    return QuantizedWeight(data, scales, k, n, width)
+
+
+def dequantize(qw: QuantizedWeight) -> np.ndarray:
+    """The float32 (K, N) matrix the kernel multiplies by: q * scale."""
+    q = qw.data.transpose(1, 0, 2).reshape(qw.k, -1)[:, : qw.n]  # (K, N)
+    return q.astype(np.float32) * qw.scale[: qw.n]
+
+
+def _numpy_act(y: np.ndarray, act: str) -> np.ndarray:
+    if act == "relu":
+        return np.maximum(y, 0, out=y)
+    if act == "gelu_tanh":
+        return 0.5 * y * (1 + np.tanh(np.float32(0.7978845608028654) * (y + np.float32(0.044715) * y**3)))
+    if act == "silu":
+        return y / (1 + np.exp(-y))
+    return y
+
+
+def gemm(a: np.ndarray, qw: QuantizedWeight, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
+         act: str = "none", out: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """out[M, N] = act(a[M, K] @ (q * scale) + bias[N] + residual[M, N]); `out` and `residual` may be column slices
+    of wider arrays (contiguous rows, any row stride), as in cpu_native.gemm."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"int8 gemm: activation {act!r} is not supported; expected one of {ACTIVATIONS}")
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2 or a.shape[1] != qw.k:
+        raise ValueError(f"int8 gemm: expected a float32 (M, {qw.k}) array, got {getattr(a, 'dtype', '?')} "
+                         f"{getattr(a, 'shape', '')}")  # fmt: skip
+    m, n = a.shape[0], qw.n
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,) or not bias.flags.c_contiguous):
+        raise ValueError(f"int8 gemm: bias must be a contiguous float32 array of shape ({n},)")
+    res = None if residual is None else cpu_native.rows_view("int8 gemm", "residual", residual, (m, n))
+    out = np.empty((m, n), np.float32) if out is None else cpu_native.rows_view("int8 gemm", "out", out, (m, n))
+    native = _kernel()
+    if native is None or native[1] != qw.width or m == 0:  # no kernel, or packed for another build's panels
+        y = a @ dequantize(qw)  # (M, K) @ (K, N)
+        if bias is not None:
+            y += bias
+        if res is not None:
+            y += res
+        out[...] = _numpy_act(y, act)
+        return out
+    x = np.ascontiguousarray(a)
+    code = native[0](x.ctypes.data, m, qw.k, qw.k, qw.data.ctypes.data, n, qw.scale.ctypes.data,
+              None if bias is None else bias.ctypes.data, None if res is None else res.ctypes.data,
+              0 if res is None else cpu_native.row_stride(res), out.ctypes.data, cpu_native.row_stride(out),
+              cpu_native.ACTIVATIONS.index(act), 0, n)  # fmt: skip
+    if code != 0:
+        raise ValueError(f"int8 gemm: the kernel refused its arguments (M={m}, K={qw.k}, N={n})")
+    return out

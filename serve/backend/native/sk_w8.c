@@ -1,0 +1,121 @@
+/* serve's weight-only int8 GEMM: out = act(x @ (q * scale) + bias + residual), x fp32 (M, K), q int8 (K, N) with
+ * one fp32 scale per output column (symmetric, per channel), fp32 accumulation and output.
+ *
+ * Why weight-only and dequantised in registers: a decode step reads every weight once per token, so its time is
+ * the weights' bytes (issue 27, item 3); int8 weights are a quarter of fp32's and half of bf16's. The activations
+ * stay fp32 (no per-token quantisation error, no calibration): each 16 (AVX2: 8) int8 weights are widened to
+ * int32, converted to fp32 and multiplied by the broadcast activation, and the column scale is applied once per
+ * output element at the end (sum_k x[k] * q[k][n]) * s[n], which is exact arithmetic on the quantised weight.
+ * The widening costs two instructions per vector of weights, paid once for all the rows of a block, so a
+ * one-row GEMV is bound by the int8 bytes it streams and a 16-row step by the FMAs.
+ *
+ * Layout (pack_weight_int8 in cpu_native.py): column panels of W8 = 2 * VL columns, each panel K rows of W8 int8
+ * (K * W8 bytes, contiguous), the last panel zero-padded; scales padded with zeros to the panels' width.
+ * Loop order: panel outer (its int8 read once from memory), row blocks inner (the activations are re-read from
+ * cache). `cols [c0, c1)` of the output, on panel boundaries, lets lanes split N (serve.backend.cpu_threads). */
+#include <stdint.h>
+
+#include "sk_isa.h"
+
+#define W8 (2 * VL)
+/* rows per block: 2 * RB accumulators, 2 widened weights and the broadcast fit the 32 (AVX2: 16) registers */
+#if SK_ISA == 512
+#define RB 8
+#define W8_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7)
+#else
+#define RB 6
+#define W8_ROWS(M) M(0) M(1) M(2) M(3) M(4) M(5)
+#endif
+
+#if SK_ISA == 512
+static inline V widen(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
+#else
+static inline V widen(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))); }
+#endif
+
+enum { W8_NONE = 0, W8_RELU = 1, W8_GELU_TANH = 4, W8_SILU = 5 }; /* the indices of cpu_native.ACTIVATIONS */
+
+static inline V w8_act(V v, int act) {
+    switch (act) {
+    case W8_RELU:
+        return vmax(v, vzero());
+    case W8_GELU_TANH: { /* 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3); tanh(u) = 1 - 2 / (exp(2u) + 1) */
+        V u = vmul(vset1(0.7978845608028654f), vfma(vmul(vmul(v, v), v), vset1(0.044715f), v));
+        V t = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(v_exp(vadd(u, u)), vset1(1.0f))));
+        return vmul(vmul(vset1(0.5f), v), vadd(vset1(1.0f), t));
+    }
+    case W8_SILU:
+        return vdiv(v, vadd(vset1(1.0f), v_exp(vsub(vzero(), v))));
+    default:
+        return v;
+    }
+}
+
+#define W8_DECL(j) V c##j##0 = vzero(), c##j##1 = vzero();
+#define W8_FMA(j) \
+    if ((j) < R) { \
+        V a = vset1(x[(j) * ldx + k]); \
+        c##j##0 = vfma(a, b0, c##j##0); \
+        c##j##1 = vfma(a, b1, c##j##1); \
+    }
+#define W8_STORE(j) if ((j) < R) { acc[j][0] = c##j##0; acc[j][1] = c##j##1; }
+
+/* acc[j] = x[j] @ panel for R (compile-time after inlining) rows: the panel's int8 widened once per k for all rows. */
+static inline __attribute__((always_inline)) void w8_rows(const int R, const float *x, long long ldx, long long k0,
+                                                          long long k1, const int8_t *panel, V acc[RB][2]) {
+    W8_ROWS(W8_DECL)
+    for (long long k = k0; k < k1; k++) {
+        V b0 = widen(panel + k * W8), b1 = widen(panel + k * W8 + VL);
+        W8_ROWS(W8_FMA)
+    }
+    W8_ROWS(W8_STORE)
+}
+
+typedef void (*W8Rows)(const float *, long long, long long, long long, const int8_t *, V (*)[2]);
+#define W8_ENTRY(j) static void w8_rows_##j(const float *x, long long ldx, long long k0, long long k1, \
+                                            const int8_t *panel, V acc[RB][2]) { w8_rows((j) + 1, x, ldx, k0, k1, panel, acc); }
+W8_ROWS(W8_ENTRY)
+#define W8_NAME(j) w8_rows_##j,
+static const W8Rows W8_KERNELS[RB] = {W8_ROWS(W8_NAME)};
+
+/* Returns 0, or -1 for arguments out of range. x (m, k) rows ldx apart; q the packed panels of n columns; scale
+ * (n padded to panels); bias (n) or NULL; res rows ldr apart or NULL; out rows ldo apart; columns [c0, c1). */
+int SK_EXPORT(gemm_w8)(const float *x, long long m, long long k, long long ldx, const int8_t *q, long long n,
+                       const float *scale, const float *bias, const float *res, long long ldr, float *out,
+                       long long ldo, int act, long long c0, long long c1) {
+    if (m < 0 || k <= 0 || n <= 0 || c0 < 0 || c1 > n || c0 > c1 || c0 % W8 || ldx < k || ldo < n)
+        return -1;
+    if (act != W8_NONE && act != W8_RELU && act != W8_GELU_TANH && act != W8_SILU)
+        return -1;
+    V acc[RB][2];
+    for (long long p0 = c0; p0 < c1; p0 += W8) {
+        const int8_t *panel = q + (p0 / W8) * k * W8;
+        int ncols = (int)(c1 - p0 < W8 ? c1 - p0 : W8);
+        V s[2] = {vload(scale + p0), vload(scale + p0 + VL)};
+        for (long long r0 = 0; r0 < m; r0 += RB) {
+            int rows = (int)(m - r0 < RB ? m - r0 : RB);
+            W8_KERNELS[rows - 1](x + r0 * ldx, ldx, 0, k, panel, acc);
+            for (int h = 0; h < 2; h++) {
+                int nh = ncols - h * VL;
+                if (nh <= 0)
+                    break;
+                VMask mk = vmask(nh);
+                V b = bias ? vload_m(bias + p0 + h * VL, mk) : vzero();
+                for (int j = 0; j < rows; j++) {
+                    V v = vfma(acc[j][h], s[h], b);
+                    if (res)
+                        v = vadd(v, vload_m(res + (r0 + j) * ldr + p0 + h * VL, mk));
+                    v = w8_act(v, act);
+                    float *dst = out + (r0 + j) * ldo + p0 + h * VL;
+                    if (nh >= VL)
+                        vstore(dst, v);
+                    else
+                        vstore_m(dst, mk, v);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+long long SK_EXPORT(w8_width)(void) { return W8; }
