@@ -81,7 +81,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> int
     system = start_default_metrics(metrics, settings)  # metrics_mode, metrics_config, the host gauges' sampler
     registry = ModelRegistry(settings, metrics)
     dataplane = DataPlane(registry, metrics, settings)
-    workflows = dataplane.workflows = WorkflowManager(registry, settings)
+    workflows = dataplane.workflows = WorkflowManager(registry, settings, submit=dataplane.predict)
     auth = TokenAuth.from_settings(settings)
     apps = {"inference": create_inference_app(dataplane, settings, auth),
             "management": create_management_app(dataplane, settings, auth)}  # fmt: skip
