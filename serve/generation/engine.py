@@ -63,7 +63,8 @@ class LLMEngine:
                              f"one sequence of max_model_len {self.max_model_len} needs {need}: raise kv_cache_bytes "
                              f"to at least {need * per_block} or lower max_model_len")  # fmt: skip
         self.cache = KVCache(spec, num_blocks, config.block_size)
-        self.blocks = KVBlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        prefix_caching = config.enable_prefix_caching and spec.prefix_caching  # off where K depends on the length
+        self.blocks = KVBlockManager(num_blocks, config.block_size, prefix_caching)
         self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
         self._lock = threading.Lock()
         self._pending: list[Sequence] = []

@@ -12,26 +12,40 @@ Decisions, and why:
   A sliding window also trims the gather to the keys any new row can see.
 - A decode-only step (one new row per sequence, the steady state) runs all sequences at once: one gather of
   every sequence's blocks padded to the longest, one batched product, the padding (and what a window leaves out)
-  masked; no Python loop over sequences.
+  masked; no Python loop over sequences. Where serve's native kernels are loaded, that step is one call of
+  serve.backend.cpu_paged instead (keys and values read in place through the block tables, no gathered copies).
+- `scale` (default 1/sqrt(head_dim); Gemma's query_pre_attn_scalar**-0.5) multiplies q, and `softcap` (Gemma 2's
+  attn_logit_softcapping) bounds the scores as softcap * tanh(scores / softcap) before the mask, transformers' order.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from serve.backend import cpu_paged
 from serve.zoo.decoders.step import KVCache, StepBatch
 
 __all__ = ["paged_attention"]
 
 
-def paged_attention(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window: int | None) -> np.ndarray:
-    """softmax(q k^T / sqrt(d)) v for each sequence of the step; q is (T, heads, head_dim), so is the result."""
+def paged_attention(
+    q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window: int | None,
+    scale: float | None = None, softcap: float | None = None,
+) -> np.ndarray:  # fmt: skip
+    """softmax(q k^T * scale) v for each sequence of the step (scale 1/sqrt(d) unless given, the scores softcapped
+    when `softcap` is given); q is (T, heads, head_dim), so is the result."""
     t, heads, dim = q.shape
     kv_heads = cache.key[layer].shape[2]
-    scale = np.float32(1.0 / np.sqrt(dim))
+    qscale = np.float32(1.0 / np.sqrt(dim) if scale is None else scale)
     starts = batch.query_starts
     if t == batch.num_sequences and bool(np.all(np.diff(starts) == 1)):
-        return _decode(q * scale, cache, layer, batch, window).reshape(t, heads, dim)
+        key, value = cache.key[layer], cache.value[layer]
+        y = cpu_paged.paged_decode(
+            q, key, value, batch.block_tables, batch.context_lens, float(qscale), window, softcap
+        )
+        if y is not None:
+            return y
+        return _decode(q * qscale, cache, layer, batch, window, softcap).reshape(t, heads, dim)
     out = np.empty_like(q)
     for i in range(batch.num_sequences):
         s, e = int(starts[i]), int(starts[i + 1])
@@ -44,7 +58,7 @@ def paged_attention(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch,
         visible = keys[None, :] <= positions[:, None]  # (n, ctx')
         if window is not None:
             visible &= keys[None, :] > positions[:, None] - window
-        out[s:e] = _attend(q[s:e] * scale, k, v, visible, kv_heads)
+        out[s:e] = _attend(q[s:e] * qscale, k, v, visible, kv_heads, softcap)
     return out
 
 
@@ -58,18 +72,22 @@ def _gather(cache: KVCache, layer: int, table: np.ndarray, lo: int, ctx: int) ->
     return key.reshape(-1, *key.shape[2:])[a:b], value.reshape(-1, *value.shape[2:])[a:b]
 
 
-def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, kv_heads: int) -> np.ndarray:
+def _attend(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, kv_heads: int, softcap: float | None = None
+) -> np.ndarray:
     n, heads, dim = q.shape
     g = heads // kv_heads
     qg = q.reshape(n, kv_heads, g, dim).transpose(1, 2, 0, 3).reshape(kv_heads, g * n, dim)  # (kvh, G*n, d)
     scores = qg @ k.transpose(1, 2, 0)  # (kvh, G*n, d) @ (kvh, d, ctx) -> (kvh, G*n, ctx)
-    scores = scores.reshape(kv_heads, g, n, -1)  # (kvh, G, n, ctx)
+    scores = _softcap(scores.reshape(kv_heads, g, n, -1), softcap)  # (kvh, G, n, ctx)
     probs = _softmax(np.where(visible, scores, -np.inf))
     y = probs.reshape(kv_heads, g * n, -1) @ v.transpose(1, 0, 2)  # (kvh, G*n, ctx) @ (kvh, ctx, d)
     return y.reshape(kv_heads, g, n, dim).transpose(2, 0, 1, 3).reshape(n, heads, dim)  # (n, heads, d)
 
 
-def _decode(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window: int | None) -> np.ndarray:
+def _decode(
+    q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window: int | None, softcap: float | None = None
+) -> np.ndarray:
     """One new row per sequence (the last of its context): every sequence's blocks gathered at once, (S,
     heads*head_dim) out. With a window only the blocks it can reach are gathered."""
     s, heads, dim = q.shape
@@ -83,7 +101,7 @@ def _decode(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window:
     v = cache.value[layer][tables].reshape(s, nb * bs, kv_heads, dim)
     g = heads // kv_heads
     qg = q.reshape(s, kv_heads, g, dim)  # (S, kvh, G, d)
-    scores = qg @ k.transpose(0, 2, 3, 1)  # (S, kvh, G, d) @ (S, kvh, d, L) -> (S, kvh, G, L)
+    scores = _softcap(qg @ k.transpose(0, 2, 3, 1), softcap)  # (S, kvh, G, d) @ (S, kvh, d, L) -> (S, kvh, G, L)
     keys = np.arange(first * bs, (first + nb) * bs)[None, :]  # (1, L): the gathered positions
     visible = keys < ctx[:, None]  # (S, L): a decode row sees its whole context, or the window's end of it
     if window is not None:
@@ -91,6 +109,13 @@ def _decode(q: np.ndarray, cache: KVCache, layer: int, batch: StepBatch, window:
     probs = _softmax(np.where(visible[:, None, None, :], scores, -np.inf))
     y = probs @ v.transpose(0, 2, 1, 3)  # (S, kvh, G, L) @ (S, kvh, L, d) -> (S, kvh, G, d)
     return y.reshape(s, heads * dim)
+
+
+def _softcap(scores: np.ndarray, softcap: float | None) -> np.ndarray:
+    if softcap is None:
+        return scores
+    cap = np.float32(softcap)
+    return np.tanh(scores / cap) * cap
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:

@@ -9,6 +9,12 @@ Decisions, and why:
 - A sliding window is per layer: `layer_types` (Qwen2/Qwen3 in transformers 5: "sliding_attention" or
   "full_attention") says which layers use `sliding_window`; without it, Mistral's applies to all layers and
   Qwen's to the layers from `max_window_layers` on when `use_sliding_window` is set (transformers' rule).
+- RoPE scaling types are transformers' (modeling_rope_utils): linear, dynamic (NTK), yarn, longrope, llama3; an
+  `original_max_position_embeddings` at the top of config.json wins over the one in the RoPE parameters (Phi-3
+  writes it there, and transformers gives it priority), and Phi-3's old "su"/"yarn" names mean longrope.
+- Gemma 2 and Gemma 3 (text) read into the same type: (1 + weight) norms, GeGLU and pre/post norms are the
+  family's structure (gemma.py); what varies by checkpoint is read here: query_pre_attn_scalar, the softcaps, the
+  sliding/full layer pattern, and Gemma 3's second RoPE (`local_rope`, rope_local_base_freq) for sliding layers.
 - Every problem is a CheckpointError naming the file and the key (the server answers it at registration as the
   archive's fault, a 4xx), never a KeyError from deep inside a loader.
 """
@@ -25,19 +31,29 @@ from serve.errors import CheckpointError
 __all__ = ["DecoderConfig", "RopeConfig", "read_config", "read_json"]
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-FAMILIES = ("gpt2", *LLAMA_LIKE)
-ROPE_TYPES = ("default", "linear", "llama3")
+GEMMA = ("gemma2", "gemma3_text")
+FAMILIES = ("gpt2", *LLAMA_LIKE, *GEMMA)
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 
 
 @dataclass(frozen=True)
 class RopeConfig:
     theta: float = 10000.0
-    rope_type: str = "default"  # "default" | "linear" | "llama3"
+    rope_type: str = "default"  # one of ROPE_TYPES
     factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    original_max_position_embeddings: int = 8192  # llama3, yarn, longrope: the pretraining context
     partial_rotary_factor: float = 1.0
+    max_position_embeddings: int = 0  # config.json's: dynamic's threshold, yarn's and longrope's default factor
+    attention_factor: float | None = None  # yarn, longrope: cos and sin scaled by it (None: from the factor)
+    beta_fast: float = 32.0  # yarn's ramp bounds, in rotations
+    beta_slow: float = 1.0
+    mscale: float | None = None  # yarn (DeepSeek): the attention factor's ratio
+    mscale_all_dim: float | None = None
+    truncate: bool = True  # yarn: the ramp bounds rounded outwards to whole dims
+    short_factor: tuple[float, ...] = ()  # longrope: per frequency, up to original_max_position_embeddings
+    long_factor: tuple[float, ...] = ()  # longrope: beyond it
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,10 @@ class DecoderConfig:
     sliding_windows: tuple[int | None, ...] = ()  # per layer: attend to the last W positions, or None for all
     rope: RopeConfig | None = None  # None: learned absolute positions (GPT-2)
     dtype: str = "float32"  # the checkpoint's own dtype (config's `dtype`, or `torch_dtype` before transformers 5)
+    query_pre_attn_scalar: float | None = None  # Gemma: attention scale query_pre_attn_scalar**-0.5 (None: head_dim)
+    attn_logit_softcapping: float | None = None  # Gemma 2: scores = cap * tanh(scores / cap)
+    final_logit_softcapping: float | None = None  # Gemma 2/3: logits = cap * tanh(logits / cap)
+    local_rope: RopeConfig | None = None  # Gemma 3: the sliding layers' RoPE (rope_local_base_freq)
 
 
 def read_json(path: Path, required: bool = True) -> dict[str, Any]:
@@ -116,6 +136,8 @@ def read_config(folder: Path) -> DecoderConfig:
             f"(one of {', '.join(FAMILIES)})"
         )
     dtype = r.get("dtype", str, None) or r.get("torch_dtype", str, "float32")
+    if model_type in GEMMA:
+        return _gemma(r, model_type, dtype)
     return _gpt2(r, dtype) if model_type == "gpt2" else _llama_like(r, model_type, dtype)
 
 
@@ -180,20 +202,113 @@ def _sliding_windows(r: _Reader, layers: int) -> tuple[int | None, ...]:
     return tuple(window if t == "sliding_attention" else None for t in types)
 
 
-def _rope(r: _Reader, head_dim: int) -> RopeConfig:
-    params = r.get("rope_parameters", dict, None) or r.get("rope_scaling", dict, None) or {}
+def _rope(r: _Reader, head_dim: int, params: dict[str, Any] | None = None, theta: float = 10000.0) -> RopeConfig:
+    """The RoPE of `params` (default: config.json's rope_parameters, or rope_scaling before transformers 5)."""
+    if params is None:
+        params = r.get("rope_parameters", dict, None) or r.get("rope_scaling", dict, None) or {}
     p = _Reader(params, "config.json rope_parameters")
     rope_type = p.get("rope_type", str, None) or p.get("type", str, "default")
+    if r.data.get("model_type") == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = "longrope"  # Phi-3's names for it before transformers 4.44, as transformers reads them
     if rope_type not in ROPE_TYPES:
         raise CheckpointError(f"config.json: rope_type '{rope_type}' is not supported (one of {', '.join(ROPE_TYPES)})")
-    theta = p.get("rope_theta", float, None) or r.get("rope_theta", float, 10000.0)
+    theta = p.get("rope_theta", float, None) or r.get("rope_theta", float, theta)
     partial = p.get("partial_rotary_factor", float, None) or r.get("partial_rotary_factor", float, 1.0)
-    if int(head_dim * partial) % 2:
+    rotary_dim = int(head_dim * partial)
+    if rotary_dim % 2:
         raise CheckpointError(f"config.json: partial_rotary_factor {partial} leaves an odd rotary dimension")
-    factor = p.get("factor", float, 1.0 if rope_type == "default" else ...)
+    max_pos = r.positive("max_position_embeddings")
+    original = r.positive("original_max_position_embeddings", None) or p.positive(
+        "original_max_position_embeddings", max_pos
+    )
+    factor = p.get("factor", float, 1.0 if rope_type in ("default", "yarn", "longrope") else ...)
+    if rope_type in ("yarn", "longrope") and params.get("factor") is None:
+        factor = max_pos / original  # transformers: the ratio of the two contexts when no factor is given
+    common = dict(theta=theta, rope_type=rope_type, factor=factor, partial_rotary_factor=partial,
+                  original_max_position_embeddings=original, max_position_embeddings=max_pos)  # fmt: skip
     if rope_type == "llama3":
         return RopeConfig(
-            theta, rope_type, factor, p.get("low_freq_factor", float), p.get("high_freq_factor", float),
-            p.get("original_max_position_embeddings", int, r.get("max_position_embeddings", int)), partial,
+            **common, low_freq_factor=p.get("low_freq_factor", float), high_freq_factor=p.get("high_freq_factor", float)
+        )
+    if rope_type == "yarn":
+        return RopeConfig(
+            **common, attention_factor=p.get("attention_factor", float, None),
+            beta_fast=p.get("beta_fast", float, None) or 32.0, beta_slow=p.get("beta_slow", float, None) or 1.0,
+            mscale=p.get("mscale", float, None), mscale_all_dim=p.get("mscale_all_dim", float, None),
+            truncate=p.get("truncate", bool, True),
         )  # fmt: skip
-    return RopeConfig(theta, rope_type, factor, partial_rotary_factor=partial)
+    if rope_type == "longrope":
+        factors = [_factor_list(p, key, rotary_dim // 2) for key in ("short_factor", "long_factor")]
+        return RopeConfig(
+            **common, attention_factor=p.get("attention_factor", float, None),
+            short_factor=factors[0], long_factor=factors[1],
+        )  # fmt: skip
+    return RopeConfig(**common)
+
+
+def _factor_list(p: _Reader, key: str, length: int) -> tuple[float, ...]:
+    values = p.get(key, list)
+    if len(values) != length or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise CheckpointError(f"{p.file}: '{key}' must list {length} numbers (one per rotary frequency)")
+    return tuple(float(v) for v in values)
+
+
+def _gemma(r: _Reader, model_type: str, dtype: str) -> DecoderConfig:
+    """Gemma 2 (gemma2) and Gemma 3's text model (gemma3_text), with transformers' defaults for absent keys."""
+    gemma3 = model_type == "gemma3_text"
+    hidden, heads = r.positive("hidden_size"), r.positive("num_attention_heads")
+    kv_heads = r.positive("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise CheckpointError(
+            f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
+        )
+    head_dim = r.positive("head_dim", 256)
+    act = r.get("hidden_activation", str, None) or r.get("hidden_act", str, "gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", "gelu_new"):
+        raise CheckpointError(f"config.json: hidden_activation '{act}' is not supported (gelu_pytorch_tanh)")
+    if r.get("use_bidirectional_attention", bool, False):
+        raise CheckpointError("config.json: use_bidirectional_attention is not supported (serve generates causally)")
+    layers = r.positive("num_hidden_layers")
+    types = r.get("layer_types", list, None)
+    if types is None:  # transformers' pattern: every n-th layer (n = 2 for Gemma 2, 6 for Gemma 3) is full
+        every = r.positive("sliding_window_pattern", 6) if gemma3 else 2
+        types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+    if len(types) != layers or any(t not in ("full_attention", "sliding_attention") for t in types):
+        raise CheckpointError(
+            f"config.json: 'layer_types' must list {layers} entries of 'full_attention' or 'sliding_attention'"
+        )
+    window = r.positive("sliding_window", 4096)
+    rope, local_rope = _gemma3_ropes(r, head_dim) if gemma3 else (_rope(r, head_dim), None)
+    return DecoderConfig(
+        model_type=model_type, vocab_size=r.positive("vocab_size"), hidden_size=hidden, num_layers=layers,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=r.positive("intermediate_size"),
+        max_position_embeddings=r.positive("max_position_embeddings", 131072 if gemma3 else 8192),
+        norm_eps=r.get("rms_norm_eps", float, 1e-6), tie_word_embeddings=r.get("tie_word_embeddings", bool, True),
+        hidden_act=act, attention_bias=r.get("attention_bias", bool, False), qk_norm=gemma3,
+        sliding_windows=tuple(window if t == "sliding_attention" else None for t in types), rope=rope, dtype=dtype,
+        query_pre_attn_scalar=r.get("query_pre_attn_scalar", float, 256.0),
+        # transformers' Gemma 3 attention does not softcap its scores whatever the config says; Gemma 2's does
+        attn_logit_softcapping=None if gemma3 else _nullable(r, "attn_logit_softcapping", 50.0),
+        final_logit_softcapping=_nullable(r, "final_logit_softcapping", None if gemma3 else 30.0),
+        local_rope=local_rope,
+    )  # fmt: skip
+
+
+def _nullable(r: _Reader, key: str, default: float | None) -> float | None:
+    """`key` as a float, None when config.json says null, `default` when it is absent."""
+    if key not in r.data:
+        return default
+    return None if r.data[key] is None else float(r.get(key, float))
+
+
+def _gemma3_ropes(r: _Reader, head_dim: int) -> tuple[RopeConfig, RopeConfig]:
+    """Gemma 3's two RoPEs, (full layers', sliding layers'): transformers 5 nests rope_parameters by layer type;
+    older files give rope_theta (full), rope_local_base_freq (sliding) and rope_scaling (full layers only)."""
+    params = r.get("rope_parameters", dict, None)
+    if params is not None and ("full_attention" in params or "sliding_attention" in params):
+        nested = _Reader(params, "config.json rope_parameters")
+        full, local = (nested.get(k, dict, None) or {} for k in ("full_attention", "sliding_attention"))
+        return _rope(r, head_dim, full, 1_000_000.0), _rope(r, head_dim, local, 10_000.0)
+    full = dict(params or r.get("rope_scaling", dict, None) or {})
+    local = {"rope_type": "default", "rope_theta": r.get("rope_local_base_freq", float, 10_000.0)}
+    return _rope(r, head_dim, full, 1_000_000.0), _rope(r, head_dim, local)

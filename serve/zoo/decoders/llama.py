@@ -62,16 +62,19 @@ class _Block:
 class LlamaDecoder:
     """A Llama-like decoder implementing step.py's Decoder protocol."""
 
+    block_type = _Block  # gemma.py's subclass reads its extra norms in its own
+
     def __init__(self, config: DecoderConfig, weights: Weights, linear_dtype: str = "float32") -> None:
         c = self.config = config
         dtype = np.dtype(np.float32)  # activations, norms and the KV cache; linear_dtype is the products' weights
         assert c.rope is not None  # config.py gives every Llama-like config one
         self.rope = Rope(c.rope, c.head_dim)
         self.spec = DecoderSpec(
-            c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype
-        )
+            c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype,
+            prefix_caching=c.rope.rope_type not in ("dynamic", "longrope"),  # their keys depend on the length
+        )  # fmt: skip
         embed = weights.take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), dtype)
-        self.blocks = [_Block(c, weights, i, linear_dtype) for i in range(c.num_layers)]
+        self.blocks = [self.block_type(c, weights, i, linear_dtype) for i in range(c.num_layers)]
         self.norm = weights.take("model.norm.weight", (c.hidden_size,), dtype)
         if c.tie_word_embeddings:
             weights.arrays.pop("lm_head.weight", None)  # some tied checkpoints store the copy too
@@ -85,7 +88,7 @@ class LlamaDecoder:
     def step(self, batch: StepBatch, cache: KVCache) -> np.ndarray:
         c = self.config
         x = self.embed[batch.input_ids]  # (T, hidden)
-        cos, sin = self.rope.cos_sin(batch.positions)
+        cos, sin = self.rope.for_step(batch)
         for layer, block in enumerate(self.blocks):
             x = x + self._attention(block, rms_norm(x, block.input_norm, c.norm_eps), cos, sin, layer, batch, cache)
             x = x + block.down(silu_and_mul(block.gate_up(rms_norm(x, block.post_norm, c.norm_eps))))
@@ -106,5 +109,6 @@ class LlamaDecoder:
             q, k = rms_norm(q, b.q_norm, c.norm_eps), rms_norm(k, b.k_norm, c.norm_eps)
         q, k = self.rope.apply(q, cos, sin), self.rope.apply(k, cos, sin)
         cache.write(layer, k, v, batch.slot_mapping)
-        y = paged_attention(q, cache, layer, batch, b.window)  # (T, heads, head_dim)
+        scale = None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar**-0.5  # None: 1/sqrt(head_dim)
+        y = paged_attention(q, cache, layer, batch, b.window, scale, c.attn_logit_softcapping)  # (T, heads, head_dim)
         return b.o_proj(y.reshape(t, c.num_heads * d))  # (T, hidden)

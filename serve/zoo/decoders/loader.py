@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from serve.backend import cpu_native
-from serve.zoo.decoders.config import read_config
+from serve.zoo.decoders.config import GEMMA, read_config
+from serve.zoo.decoders.gemma import GemmaDecoder
 from serve.zoo.decoders.gpt2 import GPT2Decoder
 from serve.zoo.decoders.llama import LlamaDecoder
 from serve.zoo.decoders.step import Decoder
@@ -50,6 +51,8 @@ def load_pretrained(folder: str | Path, dtype: str = "float32", quantization: st
     weights = read_weights(path)
     if config.model_type == "gpt2":
         return GPT2Decoder(config, weights, dtype)
+    if config.model_type in GEMMA:
+        return GemmaDecoder(config, weights, dtype)
     return LlamaDecoder(config, weights, dtype)
 
 

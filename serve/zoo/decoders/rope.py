@@ -9,8 +9,24 @@ Decisions, and why:
 - The rotation is transformers' "rotate_half" layout (the first half of the rotary dims paired with the second
   half), which is what Hugging Face checkpoints' q/k projections are permuted for; with a partial rotary factor
   only the first `rotary_dim` dims of each head rotate.
-- Variants: "default"; "linear" (positions divided by `factor`, i.e. frequencies divided); "llama3" (Llama 3.1's
-  wavelength-dependent scaling: long wavelengths divided by `factor`, short ones kept, a smooth blend between).
+- Variants (transformers' modeling_rope_utils formulas, in float32 where it computes in float32): "default";
+  "linear" (frequencies divided by `factor`); "llama3" (Llama 3.1's wavelength-dependent scaling: long wavelengths
+  divided by `factor`, short ones kept, a smooth blend between); "yarn" (interpolated low frequencies, extrapolated
+  high ones, a linear ramp between the dims that turn beta_slow and beta_fast times over the original context; cos
+  and sin scaled by the attention factor, 0.1 ln(factor) + 1 unless given); "longrope" (Phi-3: each frequency
+  divided by its short or long factor, cos and sin scaled by sqrt(1 + ln(factor) / ln(original context)));
+  "dynamic" (NTK: the base grows with the sequence's length beyond max_position_embeddings).
+- dynamic and longrope depend on the sequence's length, as transformers computes them per forward call from the
+  call's largest position: here per sequence of the step (its `context_lens`, the length it reaches), so a
+  sequence's rows rotate alike whatever else is in the batch. For dynamic, transformers rotates a cached key with
+  the frequencies of the call that computed it and so does the paged cache; a prompt chunked over steps rotates
+  each chunk with its own step's length (transformers' prefill rotates all of it with the prompt's length).
+- longrope: a sequence within original_max_position_embeddings rotates with the short factors, one beyond it with
+  the long ones, exactly as transformers does for it. One that grows past it while decoding keeps the keys it
+  cached (the long factors from then on): transformers' Phi-3 generate recomputes its whole cache there, which a
+  step of the paged engine cannot do (it has only the new tokens); vLLM instead takes the long factors for every
+  sequence once max_model_len exceeds the original context. A cached key's rotation depends on its sequence's
+  length under dynamic and longrope, so their decoders say `prefix_caching = False` (step.py).
 """
 
 from __future__ import annotations
@@ -20,19 +36,50 @@ import math
 import numpy as np
 
 from serve.zoo.decoders.config import RopeConfig
+from serve.zoo.decoders.step import StepBatch
 
 __all__ = ["Rope"]
 
 
 class Rope:
     def __init__(self, config: RopeConfig, head_dim: int) -> None:
+        self.config = config
         self.rotary_dim = int(head_dim * config.partial_rotary_factor)
         self.inv_freq = inverse_frequencies(config, self.rotary_dim)  # (rotary_dim/2,) float32
+        self.scaling = attention_factor(config)  # cos and sin are multiplied by it (yarn, longrope)
+        self.long_inv_freq = _longrope(config, self.rotary_dim, config.long_factor) if config.long_factor else None
 
-    def cos_sin(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """cos and sin of the step's rows, (T, 1, rotary_dim/2) each, to broadcast over heads."""
-        angles = positions.astype(np.float32)[:, None] * self.inv_freq[None, :]  # (T, rotary_dim/2)
-        return np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    def cos_sin(self, positions: np.ndarray, seq_lens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin of the step's rows, (T, 1, rotary_dim/2) each, to broadcast over heads. `seq_lens` (T,) is
+        the length each row's sequence reaches in the step (dynamic and longrope depend on it)."""
+        inv_freq = self._row_frequencies(seq_lens)  # (rotary_dim/2,) or (T, rotary_dim/2)
+        angles = positions.astype(np.float32)[:, None] * inv_freq  # (T, rotary_dim/2)
+        cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+        if self.scaling != 1.0:
+            cos, sin = cos * np.float32(self.scaling), sin * np.float32(self.scaling)
+        return cos, sin
+
+    def for_step(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
+        """cos_sin of the step's rows, each row's sequence length from the batch when the variant needs it."""
+        lens = None
+        if self.config.rope_type in ("dynamic", "longrope"):
+            lens = np.repeat(batch.context_lens, np.diff(batch.query_starts))  # (T,): the length of each row's sequence
+        return self.cos_sin(batch.positions, lens)
+
+    def _row_frequencies(self, seq_lens: np.ndarray | None) -> np.ndarray:
+        c = self.config
+        if seq_lens is None or c.rope_type not in ("dynamic", "longrope"):
+            return self.inv_freq[None, :]
+        if self.long_inv_freq is not None:  # longrope
+            long = (seq_lens > c.original_max_position_embeddings)[:, None]  # (T, 1)
+            return np.where(long, self.long_inv_freq, self.inv_freq[None, :])
+        grown = seq_lens > c.max_position_embeddings
+        if not grown.any():
+            return self.inv_freq[None, :]
+        out = np.broadcast_to(self.inv_freq, (len(seq_lens), len(self.inv_freq))).copy()  # (T, rotary_dim/2)
+        for length in np.unique(seq_lens[grown]):
+            out[seq_lens == length] = _dynamic(c, self.rotary_dim, int(length))
+        return out
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         """x, (T, heads, head_dim), rotated: a new array, x is not changed."""
@@ -42,13 +89,78 @@ class Rope:
 
 
 def inverse_frequencies(config: RopeConfig, dim: int) -> np.ndarray:
-    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim
-    inv_freq = (1.0 / (np.float32(config.theta) ** exponents)).astype(np.float32)  # (dim/2,)
+    """The variant's frequencies, (dim/2,) float32; dynamic's and longrope's for a sequence within the original
+    context (Rope.cos_sin picks others per sequence)."""
+    inv_freq = _default(config.theta, dim)
     if config.rope_type == "linear":
         return (inv_freq / np.float32(config.factor)).astype(np.float32)
     if config.rope_type == "llama3":
         return _llama3(inv_freq, config)
+    if config.rope_type == "yarn":
+        return _yarn(config, dim)
+    if config.rope_type == "longrope":
+        return _longrope(config, dim, config.short_factor)
     return inv_freq
+
+
+def attention_factor(c: RopeConfig) -> float:
+    """What yarn and longrope scale cos and sin by (1.0 for the other variants)."""
+    if c.rope_type not in ("yarn", "longrope"):
+        return 1.0
+    if c.attention_factor is not None:
+        return c.attention_factor
+    if c.rope_type == "longrope":
+        if c.factor <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(c.factor) / math.log(c.original_max_position_embeddings))
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if c.mscale and c.mscale_all_dim:
+        return mscale(c.factor, c.mscale) / mscale(c.factor, c.mscale_all_dim)
+    return mscale(c.factor)
+
+
+def _default(theta: float, dim: int) -> np.ndarray:
+    return (np.float32(1.0) / (np.float32(theta) ** _exponents(dim))).astype(np.float32)  # (dim/2,)
+
+
+def _dynamic(c: RopeConfig, dim: int, seq_len: int) -> np.ndarray:
+    """NTK scaling for a sequence of `seq_len` > max_position_embeddings: the base raised so the lowest frequency
+    stretches over the longer sequence (float32, as transformers computes it from a tensor length)."""
+    f32 = np.float32
+    grown = f32(c.factor) * f32(seq_len) / f32(c.max_position_embeddings) - f32(c.factor - 1)
+    base = f32(c.theta) * grown ** f32(dim / (dim - 2))
+    return (f32(1.0) / (base ** _exponents(dim))).astype(f32)
+
+
+def _exponents(dim: int) -> np.ndarray:
+    return np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+
+
+def _yarn(c: RopeConfig, dim: int) -> np.ndarray:
+    pos_freqs = np.float32(c.theta) ** _exponents(dim)  # (dim/2,)
+    extrapolation = np.float32(1.0) / pos_freqs
+    interpolation = np.float32(1.0) / (np.float32(c.factor) * pos_freqs)
+
+    def correction_dim(rotations: float) -> float:  # the dim that turns `rotations` times over the original context
+        return dim * math.log(c.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(c.theta))
+
+    low, high = correction_dim(c.beta_fast), correction_dim(c.beta_slow)
+    if c.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    extrapolated = np.float32(1.0) - ramp.astype(np.float32)  # 1 for the high frequencies, kept as they are
+    return (interpolation * (1 - extrapolated) + extrapolation * extrapolated).astype(np.float32)
+
+
+def _longrope(c: RopeConfig, dim: int, factors: tuple[float, ...]) -> np.ndarray:
+    ext = np.asarray(factors, np.float32)  # (dim/2,)
+    return (np.float32(1.0) / (ext * np.float32(c.theta) ** _exponents(dim))).astype(np.float32)
 
 
 def _llama3(inv_freq: np.ndarray, c: RopeConfig) -> np.ndarray:

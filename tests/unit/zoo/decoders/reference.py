@@ -43,6 +43,24 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3": ("Qwen3Config", dict(COMMON, head_dim=32)),
     "phi3": ("Phi3Config", dict(COMMON, rope_parameters=dict(rope_type="default", rope_theta=10000.0,
                                                              partial_rotary_factor=0.5))),
+    # RoPE scaling (rope_test.py checks each variant's frequencies; these, whole models on them)
+    "llama-yarn": ("LlamaConfig", dict(COMMON, max_position_embeddings=64, rope_parameters=dict(
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16, beta_fast=8.0,
+        beta_slow=2.0))),
+    "qwen2-yarn": ("Qwen2Config", dict(COMMON, rope_parameters=dict(  # DeepSeek's mscale ratio
+        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=32, mscale=2.0,
+        mscale_all_dim=1.0))),
+    "phi3-longrope": ("Phi3Config", dict(COMMON, original_max_position_embeddings=4, rope_parameters=dict(
+        rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5, short_factor=[1.0, 1.5, 2.0, 4.0],
+        long_factor=[2.0, 3.0, 5.0, 9.0]))),  # every prompt here is longer than 4 tokens: the long factors
+    # Gemma: head_dim 32 is not hidden/heads; the softcaps small enough to bite at these scales
+    "gemma2": ("Gemma2Config", dict(COMMON, num_hidden_layers=3, head_dim=32, query_pre_attn_scalar=24,
+                                    sliding_window=5, attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    "gemma3": ("Gemma3TextConfig", dict(COMMON, num_hidden_layers=3, head_dim=32, query_pre_attn_scalar=24,
+        sliding_window=5, final_logit_softcapping=3.0,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_parameters=dict(
+            sliding_attention=dict(rope_type="default", rope_theta=100.0),
+            full_attention=dict(rope_type="linear", rope_theta=1e6, factor=2.0)))),
 }  # fmt: skip
 
 

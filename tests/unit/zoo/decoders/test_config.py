@@ -42,7 +42,7 @@ def llama_tensors() -> dict[str, np.ndarray]:
         ({"model_type": "bloom"}, "model_type 'bloom' is not a decoder family"),
         ({"num_key_value_heads": 3}, "must be a multiple of num_key_value_heads"),
         ({"vocab_size": "16"}, "'vocab_size' must be int"),
-        ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_type 'yarn' is not supported"),
+        ({"rope_scaling": {"type": "su", "factor": 2.0}}, "rope_type 'su' is not supported"),
         ({"rope_parameters": {"rope_type": "llama3", "factor": 8.0}}, "'low_freq_factor' is missing"),
         ({"layer_types": ["sliding_attention"]}, "'sliding_window' is unset"),
     ],
