@@ -6,13 +6,17 @@
 #       --build-arg BASE_IMAGE=nvidia/cuda:12.4.1-runtime-ubuntu22.04 .   # GPU (CUDA runtime + the `gpu` extra)
 #   docker run --rm -p 8080-8082:8080-8082 -p 7070-7071:7070-7071 \
 #       -v "$PWD/model_store:/home/model-server/model-store:ro" serve:latest
+#   docker/build_local.sh                      # no registry: a Debian base from debootstrap, built, run and driven
 #
+# Both stages take their base from a build argument (BUILDER_IMAGE, BASE_IMAGE), so a local base works: any
+# Debian-like image with python3 (3.11), its venv module and apt; docker/build_local.sh passes one made by debootstrap.
 # The install steps live in docker/install.sh, which tests/e2e/test_dockerfile.py replays in a fresh venv.
 
+ARG BUILDER_IMAGE=python:3.11-slim
 ARG BASE_IMAGE=python:3.11-slim
 
 # ---- builder: a wheel of serve with its native CPU kernels compiled in (the image never sees the sources) ----
-FROM python:3.11-slim AS builder
+FROM ${BUILDER_IMAGE} AS builder
 # gcc builds serve's native kernels (setup.py); the runtime stage gets only the compiled libraries in the wheel
 RUN apt-get update && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev && \

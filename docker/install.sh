@@ -12,7 +12,15 @@ python=${PYTHON:-python3}
 
 case "${1:-}" in
 wheel)
-    "$python" -m pip wheel --no-deps --wheel-dir "$3" "$2"
+    if "$python" -m pip --version >/dev/null 2>&1; then
+        "$python" -m pip wheel --no-deps --wheel-dir "$3" "$2"
+    else
+        # Debian's python3 has no pip (a debootstrap base, docker/build_local.sh): a throwaway venv brings one
+        build_venv=$(mktemp -d)
+        "$python" -m venv "$build_venv"
+        "$build_venv/bin/python" -m pip wheel --no-deps --wheel-dir "$3" "$2"
+        rm -rf "$build_venv"
+    fi
     ;;
 runtime)
     venv=$2 wheels=$3 variant=${4:-cpu}
