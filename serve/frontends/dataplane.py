@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from serve.batching import InferenceRequest, InferenceResponse
@@ -51,6 +52,7 @@ class ModelRegistry(Protocol):
     async def submit(self, name: str, version: str | None, request: InferenceRequest) -> InferenceResponse: ...
     def health(self) -> tuple[bool, dict]: ...
     def model_config(self, name: str, version: str | None = None) -> dict[str, Any]: ...
+    def model_dir(self, name: str, version: str | None = None) -> Path: ...
 
 
 class DataPlane:

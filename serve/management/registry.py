@@ -255,6 +255,10 @@ class ModelRegistry:
         """The archive's model-config YAML (parsed) of a version (the default one when `version` is None)."""
         return dict(self._version(name, version).archive.model_config)
 
+    def model_dir(self, name: str, version: str | None = None) -> Path:
+        """The directory the version's archive was extracted to (its extra files: a label file, say)."""
+        return Path(self._version(name, version).archive.model_dir)
+
     def describe(self, name: str, version: str | None = None, all_versions: bool = False) -> list[dict[str, Any]]:
         if all_versions:
             return [mv.describe() for mv in self._versions(name).values()]

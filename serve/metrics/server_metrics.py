@@ -62,6 +62,7 @@ from serve.metrics.backend_metrics import BackendMetrics
 from serve.metrics.default_metrics import DefaultMetrics
 from serve.metrics.gpu_metrics import GpuCollector
 from serve.metrics.metrics_log import MetricsLog
+from serve.metrics.model_statistics import InferenceStatistics
 from serve.metrics.request_tallies import MODEL_LABELS, RequestTallies
 from serve.metrics.system_metrics import SystemMetrics
 from serve.metrics.worker_metrics import Reader, WorkerMemoryCollector
@@ -120,6 +121,7 @@ class ServerMetrics:
         self.log: MetricsLog | None = None  # metrics_mode log / legacy: every update is also written here
         self._system: SystemMetrics | None = None
         self._gpus: GpuCollector | None = None
+        self.statistics = InferenceStatistics()  # Triton's statistics extension (model_statistics.py), not on /metrics
 
     def watch_gpus(self, uuids: Sequence[str], collector: GpuCollector | None = None) -> None:
         """Report the GPU gauges of these GPUs (by UUID; DeviceId = position, the workers' gpu id) on every page
@@ -226,6 +228,7 @@ class ServerMetrics:
         for state in ("live", "total"):  # prometheus-client ignores label sets it does not hold
             self._workers.remove(*labels, state)
         self._worker_memory.forget(model, version or "default")
+        self.statistics.forget(model, version)
 
     def backend_metrics(self, model: str, version: str, records: Sequence[Mapping[str, Any]]) -> None:
         """Records a worker's handler produced (MetricsCache records as dicts); they carry their own ModelName."""

@@ -19,7 +19,7 @@ import grpc
 
 from serve.errors import Unauthorized
 from serve.frontends.grpc.status import grpc_code
-from serve.frontends.http.auth import TokenAuth
+from serve.frontends.http.auth import MANAGEMENT, TokenAuth
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
                  "/grpc.reflection.v1.ServerReflection/")  # fmt: skip
@@ -28,6 +28,13 @@ OPEN_METHODS = frozenset({
     "/inference.GRPCInferenceService/ServerLive",
     "/inference.GRPCInferenceService/ServerReady",
     "/inference.GRPCInferenceService/ServerMetadata",
+})  # fmt: skip
+
+
+# on the inference server, but they change what is served: the management key, as REST's load/unload take
+MANAGEMENT_METHODS = frozenset({
+    "/inference.GRPCInferenceService/RepositoryModelLoad",
+    "/inference.GRPCInferenceService/RepositoryModelUnload",
 })  # fmt: skip
 
 
@@ -47,7 +54,7 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
             return handler
         metadata = dict(handler_call_details.invocation_metadata or ())
         try:
-            self.auth.check(self.kind, metadata.get("authorization"))
+            self.auth.check(MANAGEMENT if method in MANAGEMENT_METHODS else self.kind, metadata.get("authorization"))
         except Unauthorized as exc:
             return _denied(handler, grpc_code(exc), str(exc))
         return handler

@@ -26,7 +26,17 @@ from serve.frontends.http.middleware import ServeHTTPMiddleware
 from serve.frontends.http.openapi import allowed_methods
 from serve.frontends.http.openapi import document as openapi_document
 from serve.frontends.http.responses import pretty_json, serve_error_handler
-from serve.frontends.http.routers import api_description, kserve_v1, metrics, models, oip, ping, predictions, token
+from serve.frontends.http.routers import (
+    api_description,
+    kserve_v1,
+    metrics,
+    models,
+    oip,
+    ping,
+    predictions,
+    token,
+    triton,
+)
 from serve.frontends.http.routers import workflows as workflow_routes
 from serve.frontends.openai import routes as openai_routes
 from serve.metrics import ServerMetrics
@@ -43,13 +53,14 @@ HTTP_ERRORS = {
 
 def create_inference_app(dataplane: DataPlane, settings: Settings, auth: TokenAuth) -> FastAPI | PredictionFastPath:
     """`/ping`, `/predictions/...`, `/explanations/...`, `OPTIONS /`, `/api-description`, `/docs`, the Open Inference
-    Protocol's `/v2/...` and KServe v1's `/v1/models/...` (routers/oip.py, kserve_v1.py), the OpenAI-compatible
+    Protocol's `/v2/...` with Triton's statistics and model control (routers/triton.py, before oip.py's model
+    routes) and KServe v1's `/v1/models/...` (routers/oip.py, kserve_v1.py), the OpenAI-compatible
     `/v1/...` and the v2 generate extension (frontends/openai, first: its routes go before /predictions' sub-routes
     and the /v2 catch-all); predictions take
     the fast path (fast_path.py) unless CORS is configured."""
     app = _app("inference API", settings, dataplane.metrics,
-               [openai_routes.router, predictions.router, ping.router, api_description.router, oip.router,
-                kserve_v1.router, workflow_routes.inference_router],
+               [openai_routes.router, predictions.router, ping.router, api_description.router, triton.router,
+                oip.router, kserve_v1.router, workflow_routes.inference_router],
                {**predictions.OPENAPI_PATHS, **workflow_routes.OPENAPI_PATHS}, dataplane=dataplane,
                auth=auth)  # fmt: skip
     if settings.cors_allowed_origin:

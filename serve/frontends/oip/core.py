@@ -30,16 +30,17 @@ from typing import Any
 import numpy as np
 
 from serve import __version__
+from serve.archive import shown
 from serve.batching import InferenceRequest, envelopes, json_values
-from serve.errors import InvalidInput, PredictionException
+from serve.errors import InvalidInput, ModelNotFound, PredictionException
 from serve.frontends.dataplane import DataPlane
-from serve.frontends.oip import tensors
+from serve.frontends.oip import classification, tensors
 from serve.frontends.oip.sequence import sequence_headers
 from serve.frontends.request_ids import new_request_id
 
 SERVER_NAME = "serve"
 PLATFORM = "serve_python"
-EXTENSIONS = ["binary_tensor_data", "model_configuration"]
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository", "classification"]
 EXTENSIONS.append("sequence")  # Triton's sequence request parameters (oip/sequence.py)
 PROTOCOL_HEADER = envelopes.PROTOCOL_HEADER
 BINARY_PARAMETERS = ("binary_data_size", "binary_data", "binary_data_output")
@@ -167,13 +168,18 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
         headers={**(headers or {}), "content-type": "application/json", PROTOCOL_HEADER: "v2"},
         decode=True,
     )
-    answer = await (dataplane.explain if explain else dataplane.predict)(model, version, job)
+    try:
+        answer = await (dataplane.explain if explain else dataplane.predict)(model, version, job)
+    except ModelNotFound as e:  # Triton's words first: its clients and examples match on them
+        which = f"'{shown(model)}'" + (f" version {shown(version)}" if version else "")
+        raise ModelNotFound(f"Request for unknown model: {which} is not found ({e})") from None
     body = answer.body
     if answer.chunks is not None:  # v2 has no streaming: a handler that yields answers with its chunks joined
         body = b"".join([chunk async for chunk in answer.chunks])
     if answer.status != 200:
         raise PredictionException(error_message(body), answer.status)
     outputs = _select(parse_handler_answer(body, answer.content_type), request.outputs)
+    outputs = classification.classify_outputs(dataplane, model, version, outputs, request.outputs)
     model_version = version
     if model_version is None:  # the default version that answered (a dict lookup and a /proc read per worker)
         model_version = str(dataplane.registry.describe(model, None)[0]["modelVersion"])

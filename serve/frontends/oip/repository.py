@@ -10,9 +10,12 @@ Decisions:
   outputs}`, core.py), `max_batch_size` from `batchSize` when every metadata shape starts with the -1 batch
   dimension (which is then left out of `dims`, as perf_analyzer expects), else 0; `dynamic_batching` only when
   the batch size is over 1, its delay `maxBatchDelay` (ms) in microseconds. Data types are Triton's enum names
-  (`TYPE_FP32`; BYTES is `TYPE_STRING`), dims JSON numbers (Triton's HTTP endpoint writes numbers too).
+  (`TYPE_FP32`; BYTES is `TYPE_STRING`), dims JSON numbers (Triton's HTTP endpoint writes numbers too). An input's
+  `format` and an output's `label_filename` are the model-config's (classification.py), when it declares them.
 - The index lists every version of every model, state `READY` when a worker of that version is READY, else
-  `UNAVAILABLE` with the reason; `ready_only` keeps the READY ones (Triton's `{"ready": true}`).
+  `UNAVAILABLE` with the reason; then every archive in the model store that is not registered (model_control.py
+  names them), `UNAVAILABLE` with the reason `unloaded`, as Triton lists its repository's unloaded models;
+  `ready_only` keeps the READY ones (Triton's `{"ready": true}`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from serve.frontends.dataplane import DataPlane
-from serve.frontends.oip import core
+from serve.frontends.oip import classification, core, model_control
 
 
 def model_config(dataplane: DataPlane, model: str, version: str | None = None) -> dict[str, Any]:
@@ -32,13 +35,16 @@ def model_config(dataplane: DataPlane, model: str, version: str | None = None) -
     batched = all(t["shape"] and t["shape"][0] == -1 for t in tensors)
     max_batch_size = batch if batched else 0
     skip = 1 if max_batch_size > 0 else 0
+    handler = classification.handler_config(dataplane, model, version)
+    formats = classification.declared(handler, "inputs", "format")
+    labels = classification.declared(handler, "outputs", "label_filename")
     config: dict[str, Any] = {
         "name": meta["name"],
         "platform": meta["platform"],
         "backend": "python",
         "max_batch_size": max_batch_size,
-        "input": [_tensor(t, skip) for t in meta["inputs"]],
-        "output": [_tensor(t, skip) for t in meta["outputs"]],
+        "input": [_tensor(t, skip, format=formats.get(t["name"])) for t in meta["inputs"]],
+        "output": [_tensor(t, skip, label_filename=labels.get(t["name"])) for t in meta["outputs"]],
     }
     if batch > 1:
         delay_us = int(entry.get("maxBatchDelay") or 0) * 1000
@@ -51,14 +57,17 @@ def data_type(datatype: str) -> str:
     return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
 
 
-def _tensor(spec: dict[str, Any], skip: int) -> dict[str, Any]:
-    return {"name": spec["name"], "data_type": data_type(spec["datatype"]), "dims": list(spec["shape"][skip:])}
+def _tensor(spec: dict[str, Any], skip: int, **declared: str | None) -> dict[str, Any]:
+    """One ModelInput/ModelOutput; `declared` adds the model-config's `format` / `label_filename` when set."""
+    tensor = {"name": spec["name"], "data_type": data_type(spec["datatype"]), "dims": list(spec["shape"][skip:])}
+    return tensor | {k: v for k, v in declared.items() if v is not None}
 
 
 def repository_index(dataplane: DataPlane, ready_only: bool = False) -> list[dict[str, str]]:
     """Every registered model version as `{name, version, state, reason}` (see the module docstring)."""
     index = []
-    for name in model_names(dataplane):
+    names = model_names(dataplane)
+    for name in names:
         for entry in dataplane.registry.describe(name, None, True):
             workers = entry.get("workers", [])
             ready = any(w.get("status") == "READY" for w in workers)
@@ -67,7 +76,16 @@ def repository_index(dataplane: DataPlane, ready_only: bool = False) -> list[dic
             reason = "" if ready else f"no READY worker ({len(workers)} worker(s)): see describe on the management API"
             index.append({"name": name, "version": str(entry.get("modelVersion", "")),
                           "state": "READY" if ready else "UNAVAILABLE", "reason": reason})  # fmt: skip
+    if not ready_only:
+        registered = set(names) | {str(m.get("modelUrl", "")) for m in _registered_urls(dataplane, names)}
+        for name, file in model_control.store_models(dataplane).items():
+            if name not in registered and file not in registered:
+                index.append({"name": name, "version": "", "state": "UNAVAILABLE", "reason": "unloaded"})
     return index
+
+
+def _registered_urls(dataplane: DataPlane, names: list[str]) -> list[dict[str, Any]]:
+    return [e for name in names for e in dataplane.registry.describe(name, None, True)]
 
 
 def model_names(dataplane: DataPlane) -> list[str]:

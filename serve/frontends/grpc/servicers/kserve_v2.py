@@ -11,9 +11,12 @@ ModelConfig and RepositoryIndex are serve.frontends.oip.repository's dicts (the 
 `/v2/repository/index` answers), enough for tritonclient's `get_model_config` / `get_model_repository_index` and
 perf_analyzer.
 
+ModelStatistics, RepositoryModelLoad and RepositoryModelUnload come from triton_extensions.py.
+
 Deliberate differences from Triton: ModelReady and ModelMetadata of an unknown model are NOT_FOUND (the REST
-routes' 404, through serve.frontends.errors); the statistics, shared-memory, trace, log and repository load/unload rpcs
-are not declared (UNIMPLEMENTED). ModelStreamInfer comes from stream_infer.py.
+routes' 404, through serve.frontends.errors), except ModelReady of a model in the model store that is not
+registered (unloaded): ready false, as Triton answers it; the shared-memory, trace and log rpcs are not declared
+(UNIMPLEMENTED). ModelStreamInfer comes from stream_infer.py.
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ import numpy as np
 from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
-from serve.errors import InvalidInput
+from serve.errors import InvalidInput, ModelNotFound
 from serve.frontends import oip
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
 from serve.frontends.grpc.servicers.stream_infer import StreamInfer
+from serve.frontends.grpc.servicers.triton_extensions import TritonExtensions
 from serve.frontends.grpc.status import abort
-from serve.frontends.oip import repository, tensors
+from serve.frontends.oip import model_control, repository, tensors
 
 # the typed `contents` list that holds each datatype (spec section 2.2); FP16 and BF16 have none
 CONTENTS_FIELD = {
@@ -117,7 +121,7 @@ def _version(version: str) -> str | None:
     return version or None
 
 
-class KServeV2Servicer(StreamInfer, pb_grpc.GRPCInferenceServiceServicer):
+class KServeV2Servicer(TritonExtensions, StreamInfer, pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
 
@@ -130,6 +134,10 @@ class KServeV2Servicer(StreamInfer, pb_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         try:
             ready = oip.model_ready(self.dataplane, request.name, _version(request.version))
+        except ModelNotFound as exc:  # unloaded but in the model store: not ready, as Triton answers it
+            if request.name not in model_control.store_models(self.dataplane):
+                await abort(context, exc)
+            ready = False
         except Exception as exc:
             await abort(context, exc)
         return pb.ModelReadyResponse(ready=ready)
