@@ -30,8 +30,11 @@ Decisions, and why:
   start flag is a 400 that says it was ended or expired and how to start again (TorchServe would silently open a
   new sequence on another worker, without the state).
 - A start flag on an open sequence restarts it on the same worker (the handler sees the start header and resets).
-- When the worker of a sequence stops (scale down, crash), its queued requests fail with 503 and the sequence is
-  closed; a worker that restarts has lost the state of its sequences (the handler's memory), as in TorchServe.
+- When the worker of a sequence stops (scale down), its queued requests fail with 503 and the sequence is closed.
+  A worker process that died and was restarted has lost the state of its sequences (the handler's memory): the
+  next request of such a sequence is a 503 saying so, and the sequence is closed, rather than answered from a
+  fresh state as if nothing happened (TorchServe does that). The process a sequence lives in is the one that
+  answered its first request (WorkerSlot.generation counts the slot's processes).
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class Slot(Protocol):
 
     id: str
     queue: JobQueue | None
+    generation: int  # how many processes the slot started
 
 
 @dataclass
@@ -101,6 +105,7 @@ class _Sequence:
     backlog: deque[Job] = field(default_factory=deque)
     running: Job | None = None
     ended: bool = False  # its end request came: nothing more is taken without a start flag
+    generation: int | None = None  # the slot's process that holds its state (set at its first answer)
     last: float = field(default_factory=time.monotonic)
 
 
@@ -184,15 +189,20 @@ class SequenceRouter:
                 continue
             queue = seq.slot.queue
             if queue is None or seq.slot not in self._slots():  # its worker stopped: the state is gone
-                self._fail(seq, job)
+                self._fail(seq, job, "stopped")
+                return
+            if seq.generation is not None and seq.generation != seq.slot.generation:
+                self._fail(seq, job, "was restarted (its process died)")
                 return
             seq.running = job
-            job.future.add_done_callback(lambda _: self._answered(seq))
+            job.future.add_done_callback(lambda _, job=job: self._answered(seq, job))  # type: ignore[misc]
             queue.put(job)
         self._maybe_close(seq)
 
-    def _answered(self, seq: _Sequence) -> None:
+    def _answered(self, seq: _Sequence, job: Job) -> None:
         seq.running, seq.last = None, time.monotonic()
+        if seq.generation is None and not job.future.cancelled() and job.future.exception() is None:
+            seq.generation = seq.slot.generation
         self._feed(seq)
 
     def _maybe_close(self, seq: _Sequence) -> None:
@@ -201,12 +211,13 @@ class SequenceRouter:
                 self._close(seq, "ended")
             self._check_idle()
 
-    def _fail(self, seq: _Sequence, job: Job) -> None:
-        error = f"{self._no_worker()} Worker {seq.slot.id}, which held sequence {seq.id}, stopped: its state is lost"
+    def _fail(self, seq: _Sequence, job: Job, what: str) -> None:
+        error = (f"{self._no_worker()} Worker {seq.slot.id}, which held sequence {seq.id}, {what}: its state is "
+                 "lost; start a new sequence")  # fmt: skip
         for waiting in [job, *seq.backlog]:
             waiting.fail(ModelNotReady(error))
         seq.backlog.clear()
-        self._close(seq, "lost when its worker stopped")
+        self._close(seq, f"lost (its worker {what})")
         self._check_idle()
 
     def _close(self, seq: _Sequence, why: str) -> None:

@@ -90,6 +90,7 @@ class WorkerSlot:
         self.warned_memory = False  # the log said once that its process loaded over the memory limit
         self.queue: JobQueue | None = None  # its own queue, with its batcher, when sequences are pinned to it
         self.batcher: Batcher | None = None
+        self.generation = 0  # how many processes it started: a sequence's state lives in one of them
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self._wake: asyncio.Future[Any] | None = None
@@ -299,6 +300,7 @@ class WorkerPool:
 
     async def _start_now(self, slot: WorkerSlot) -> str | None:
         worker = slot.worker = WorkerProcess(slot.id, self.spec, slot.gpu)
+        slot.generation += 1
         worker.on_exit(slot.wake)
         worker.on_exit(self._report)
         started = time.monotonic()

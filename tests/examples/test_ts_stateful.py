@@ -9,11 +9,14 @@ threads) answer TorchServe's "1 4 9 16 25" and "2 6 12 20 30"; a request without
 whose id comes back in the `ts_request_sequence_id` header. Two more registrations of the same archive check the
 limits: `maxNumSequence: 2` answers a third sequence 503 (TorchServe's message) until one ends
 (`ts_request_sequence_end: true`), after which that id is a 400; `sequenceMaxIdleMSec: 300` frees an idle
-sequence (describe's openSequences drops to 0) and its id is then a 400 that says it expired.
+sequence (describe's openSequences drops to 0) and its id is then a 400 that says it expired; a sequence whose
+worker process was killed and restarted is a 503 saying its state is lost, then a 400.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -55,14 +58,15 @@ def served(tmp_path_factory):
     torch.manual_seed(3)
     net = torch_import(src / "model.py").Net()
     torch.save(net.state_dict(), base / "model_cnn.pt")
-    for name, yaml in (("stateful", TS_TEST_YAML), ("capped", CAPPED), ("idle", IDLE)):
+    for name, yaml in (("stateful", TS_TEST_YAML), ("capped", CAPPED), ("idle", IDLE), ("phoenix", CAPPED)):
         (base / f"{name}.yaml").write_text(yaml)
         archive(store, "--model-name", name, "--version", "1.0", "--model-file", str(src / "model.py"),
                 "--serialized-file", str(base / "model_cnn.pt"),
                 "--handler", str(src / "sequence_batching" / "stateful_handler.py"), "--extra-files", str(LRU),
                 "--config-file", str(base / f"{name}.yaml"))  # fmt: skip
     server = ServerProcess(base / "run", store, "--ncs", "--disable-token-auth", "--models",
-                           "stateful=stateful.mar", "capped=capped.mar", "idle=idle.mar")  # fmt: skip
+                           "stateful=stateful.mar", "capped=capped.mar", "idle=idle.mar",
+                           "phoenix=phoenix.mar")  # fmt: skip
     server.start()
     try:
         yield server, src
@@ -169,3 +173,21 @@ def test_stream_predictions2_carries_a_sequence(served):
     ended = answers[3]
     assert ended.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "was ended" in ended.status.message
     assert answers[4].prediction == b"7" and answers[4].sequence_id.startswith("ts-seq-")
+
+
+def test_a_sequence_whose_worker_died_is_closed_with_a_503(served):
+    server, _ = served
+    assert predict(server, "phoenix", b"5", **{SEQ: "p"}).text == "5"  # its state is in this worker process
+    (worker,) = httpx.get(f"{server.management}/models/phoenix", timeout=60).json()[0]["workers"]
+    os.kill(worker["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        (now,) = httpx.get(f"{server.management}/models/phoenix", timeout=60).json()[0]["workers"]
+        if now["status"] == "READY" and now["pid"] != worker["pid"]:
+            break
+        time.sleep(0.2)
+    assert now["status"] == "READY" and now["pid"] != worker["pid"], now
+    lost = predict(server, "phoenix", b"1", **{SEQ: "p"})
+    assert lost.status_code == 503 and "was restarted" in lost.json()["message"], lost.text
+    assert predict(server, "phoenix", b"1", **{SEQ: "p"}).status_code == 400
+    assert predict(server, "phoenix", b"2", **{SEQ: "p", START: "true"}).text == "2"  # a new sequence, new state

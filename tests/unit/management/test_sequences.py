@@ -26,6 +26,7 @@ from serve.management.sequences import (
 class FakeSlot:
     id: str
     queue: JobQueue | None = field(default_factory=lambda: JobQueue(100))
+    generation: int = 1
 
 
 def job(**headers: str) -> Job:
@@ -140,7 +141,7 @@ def test_requests_of_a_stopped_worker_fail_and_close_the_sequence():
         slots.clear()  # the worker was scaled away
         running.succeed(object())  # type: ignore[arg-type]
         await asyncio.sleep(0)
-        with pytest.raises(ModelNotReady, match="stopped: its state is lost"):
+        with pytest.raises(ModelNotReady, match="stopped: its state is lost; start a new sequence"):
             waiting.future.result()
         assert r.open == {}
 
@@ -159,3 +160,24 @@ def test_model_config_keys():
     honoured = {"sequenceBatching": True, "maxNumSequence": 4, "sequenceTimeoutMSec": 5}
     assert unsupported_keys(honoured, "w") == ("sequenceTimeoutMSec",)
     assert unsupported_keys({"maxNumSequence": 4}, "w") == ("maxNumSequence",)
+
+
+def test_a_sequence_whose_worker_restarted_is_closed_with_a_503():
+    async def scenario():
+        slot = FakeSlot("a")
+        r = router([slot], max_num_sequence=2, max_job_queue=2)
+        r.submit(job(**{SEQUENCE_ID: "s"}))
+        answer(slot.queue)
+        await asyncio.sleep(0)
+        assert r.open["s"].generation == 1  # the process that answered its first request
+        slot.generation = 2  # that process died and the slot started another
+        after = job(**{SEQUENCE_ID: "s"})
+        r.submit(after)
+        with pytest.raises(ModelNotReady, match="was restarted"):
+            after.future.result()
+        assert r.open == {}
+        with pytest.raises(InvalidInput, match="was lost"):
+            r.submit(job(**{SEQUENCE_ID: "s"}))
+        r.submit(job(**{SEQUENCE_ID: "s", SEQUENCE_START: "true"}))  # a new sequence lives in the new process
+
+    asyncio.run(scenario())
