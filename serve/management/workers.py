@@ -55,6 +55,7 @@ from typing import Any
 
 from serve.batching import Batcher, JobQueue
 from serve.errors import ModelLoadError, ModelNotReady, WorkerError
+from serve.management.batch_statistics import batch_times
 from serve.management.continuous import DEFAULT_MAX_IN_FLIGHT, ContinuousDispatch
 from serve.management.dispatch import run_batch
 from serve.management.memory import MemoryLimit, mib
@@ -413,6 +414,7 @@ class WorkerPool:
             reply = await run_batch(worker, batch, next(self._batch_ids), self.settings.response_timeout)
         finally:
             slot.busy = False
+        self.metrics.statistics.batch(name, version, batch_times(batch, reply, now, time.monotonic()))
         if isinstance(reply, str):  # killed on a timeout, or died
             slot.last_error = reply
             (log.warning if slot.stopping else log.error)("model %s version %s: %s", name, version, reply)
