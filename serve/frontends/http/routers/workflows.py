@@ -10,7 +10,8 @@ Messages and shapes are TorchServe's (docs/workflow_management_api.md). The work
 reached as `dataplane.workflows` (the server sets it; an app built without one answers 404 on these routes).
 Decisions: registering and unregistering a workflow need the model API enabled, as models do (a workflow
 registers models and brings python code; TorchServe 0.12 does not check, then disabled workflow registration for
-good); `s3_sse_kms` is accepted and ignored. A request body reaches the start node as a prediction's does
+good); `s3_sse_kms` is accepted and ignored; a list `limit` outside 1..100 or a negative `next_page_token` is a 400, as
+for models (TorchServe clamps them). A request body reaches the start node as a prediction's does
 (parsing.py); POST and PUT (`curl -T`) predict. No gRPC: TorchServe has no workflow rpc.
 """
 
