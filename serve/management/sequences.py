@@ -147,8 +147,11 @@ class SequenceRouter:
                             f"{len(seq.backlog)} requests waiting (maxSequenceJobQueueSize="
                             f"{self.settings.max_job_queue}): wait for its answers")  # fmt: skip
         headers[SEQUENCE_ID] = sequence_id
-        headers[SEQUENCE_START] = "true" if start else "false"
-        headers[SEQUENCE_END] = "true" if end else "false"
+        for flag, on in ((SEQUENCE_START, start), (SEQUENCE_END, end)):  # present only when true, as TorchServe sends
+            if on:  # them (its handlers test the header's presence)
+                headers[flag] = "true"
+            else:
+                headers.pop(flag, None)
         seq.ended = (seq.ended and not start) or end
         seq.backlog.append(job)
         self._idle.clear()

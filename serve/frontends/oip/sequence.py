@@ -35,5 +35,8 @@ def sequence_headers(parameters: dict[str, Any]) -> dict[str, str]:
             raise InvalidInput("parameters sequence_start and sequence_end need a sequence_id (non-zero integer or "
                                "non-empty string)")  # fmt: skip
         return {}
-    return {SEQUENCE_ID: str(sequence_id), SEQUENCE_START: str(flags["sequence_start"]).lower(),
-            SEQUENCE_END: str(flags["sequence_end"]).lower()}  # fmt: skip
+    headers = {SEQUENCE_ID: str(sequence_id)}
+    for header, name in ((SEQUENCE_START, "sequence_start"), (SEQUENCE_END, "sequence_end")):
+        if flags[name]:  # only a true flag is sent, as TorchServe's frontend sends its headers
+            headers[header] = "true"
+    return headers

@@ -69,8 +69,7 @@ def test_answers_chunks_errors_and_sequence_headers(tmp_path: Path) -> None:
         errors = [m.error_message for m in got if m.error_message]
         assert len(errors) == 2 and "nope" in errors[0] and "sequence_start must be a boolean" in errors[1]
         assert [m.error_message != "" for m in got] == [False, False, False, False, True, False, True]
-        assert seen[0] == {"ts_request_sequence_id": "1000", "ts_request_sequence_start": "true",
-                           "ts_request_sequence_end": "false"}  # fmt: skip
+        assert seen[0] == {"ts_request_sequence_id": "1000", "ts_request_sequence_start": "true"}
         assert seen[1] == {} and seen[2]["ts_request_sequence_id"] == "s-1"
         assert seen[2]["ts_request_sequence_end"] == "true"
 
