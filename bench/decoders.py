@@ -11,8 +11,9 @@ cache of 16-token blocks (what the engine will hand it); transformers runs the m
 DynamicCache (`past_key_values`), the way `generate` decodes, without generate's Python around it. The figure is
 the median step time, and tokens per second (batch / median step time). Sides: serve with float32 weights (the
 numbers transformers gives, within 1e-4), serve with bfloat16 weights (dtype="bfloat16", where the CPU has
-AVX512-BF16), transformers + torch eager in float32. A shared machine's load moves every figure, so the sides run in
-turn, `--rounds` times, and the table gives the median over rounds of each side's median step (and the range).
+AVX512-BF16), serve with weight-only int8 products (quantization="int8"), transformers + torch eager in float32. A
+shared machine's load moves every figure, so the sides run in turn, `--rounds` times, and the table gives the median
+over rounds of each side's median step (and the range).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SIDES = {"serve": "serve fp32", "serve-bf16": "serve bf16", "torch": "transformers"}
+SIDES = {"serve": "serve fp32", "serve-bf16": "serve bf16", "serve-int8": "serve int8", "torch": "transformers"}
 OUT = ROOT / "bench" / "out" / "decoders"
 SIZES = {
     "gpt2": ("GPT2Config", dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024)),
@@ -53,12 +54,13 @@ def make_checkpoint(family: str) -> Path:
     return folder
 
 
-def run_serve(folder: Path, batch: int, prompt: int, steps: int, dtype: str = "float32") -> list[float]:
+def run_serve(folder: Path, batch: int, prompt: int, steps: int, dtype: str = "float32",
+              quantization: str | None = None) -> list[float]:  # fmt: skip
     import numpy as np
 
     from serve.zoo.decoders import KVCache, StepBatch, load_pretrained
 
-    decoder = load_pretrained(folder, dtype=dtype)
+    decoder = load_pretrained(folder, dtype=dtype, quantization=quantization)
     bs, per_seq = 16, -(-(prompt + steps + 1) // 16)
     cache = KVCache(decoder.spec, batch * per_seq, bs)
     tables = np.arange(batch * per_seq, dtype=np.int32).reshape(batch, per_seq)
@@ -113,7 +115,8 @@ def child(args: argparse.Namespace) -> None:
         times = run_torch(folder, args.one_batch, args.prompt, args.steps)
     else:
         dtype = "bfloat16" if args.side == "serve-bf16" else "float32"
-        times = run_serve(folder, args.one_batch, args.prompt, args.steps, dtype)
+        quantization = "int8" if args.side == "serve-int8" else None
+        times = run_serve(folder, args.one_batch, args.prompt, args.steps, dtype, quantization)
     print(json.dumps(times))
 
 
@@ -126,6 +129,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-bf16", action="store_true", help="leave out serve's bfloat16 side")
+    p.add_argument("--no-int8", action="store_true", help="leave out serve's int8 side")
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     p.add_argument("--one-batch", type=int, help=argparse.SUPPRESS)
@@ -138,7 +142,7 @@ def main() -> None:
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     print(f"{args.family} (random, {folder}), prompt {args.prompt}, {args.steps} decode steps, {threads} threads, "
           f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f}")  # fmt: skip
-    sides = [s for s in SIDES if not (s == "serve-bf16" and args.no_bf16)]
+    sides = [s for s in SIDES if not (s == "serve-bf16" and args.no_bf16) and not (s == "serve-int8" and args.no_int8)]
     print(f"{'batch':>5} {'side':>13} {'median ms/step':>15} {'(range)':>15} {'tokens/s':>9}")
     for batch in args.batch:
         medians: dict[str, list[float]] = {side: [] for side in sides}

@@ -122,8 +122,10 @@ def best_reference(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 
 def engine_settings(family: str, max_model_len: int, kv_cache_bytes: int, dtype: str) -> dict[str, Any]:
+    """The model-config's handler section; dtype "int8" is float32 with weight-only int8 products."""
+    weights = {"dtype": "float32", "quantization": "int8"} if dtype == "int8" else {"dtype": dtype}
     return {"max_model_len": max_model_len, "max_num_seqs": 64, "max_num_batched_tokens": 512,
-            "kv_cache_bytes": kv_cache_bytes, "block_size": 16, "dtype": dtype}  # fmt: skip
+            "kv_cache_bytes": kv_cache_bytes, "block_size": 16, **weights}  # fmt: skip
 
 
 def kv_block_bytes(folder: Path, itemsize: int, block_size: int = 16) -> int:
@@ -202,10 +204,10 @@ def median_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def kv_run(folder: Path, name: str, threads: int, dtype: str, itemsize: int, vocab: int, prompt: int, new: int,
+def kv_run(folder: Path, name: str, threads: int, dtype: str, vocab: int, prompt: int, new: int,
            concurrency: int) -> dict[str, Any]:  # fmt: skip
     """16 sequences of prompt + new tokens against a KV budget of 4 such sequences: all must finish."""
-    block = kv_block_bytes(folder, itemsize)
+    block = kv_block_bytes(folder, 4)  # serve's KV cache is float32 whatever the weights' dtype
     per_seq = -(-(prompt + new) // 16)
     budget = 4 * per_seq * block
     server = start_server(folder, name, engine_settings(name, prompt + new, budget, dtype), threads, f"{name}-kv")
@@ -230,7 +232,7 @@ def loadgen(server: ServeProcess, name: str, folder: Path, prompt: int, new: int
 
 
 def bench_model(family: str, args: argparse.Namespace) -> dict[str, Any]:
-    itemsize = {"float32": 4, "bfloat16": 2}[args.dtype]
+    itemsize = {"float32": 4, "bfloat16": 2, "int8": 1}[args.dtype]  # the products' weights; the KV cache is float32
     folder = make_folder(family)
     vocab = SIZES[family][1]["vocab_size"]
     params, weight_bytes = weight_bytes_per_token(folder, itemsize)
@@ -271,7 +273,7 @@ def bench_model(family: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.stop()
     if not args.skip_kv:
-        result["kv"] = kv_run(folder, family, args.threads, args.dtype, itemsize, vocab, args.prompt, args.new, 16)
+        result["kv"] = kv_run(folder, family, args.threads, args.dtype, vocab, args.prompt, args.new, 16)
     result["targets"] = targets(result)
     result["bandwidth"] = bandwidth_bound(result)
     return result
@@ -286,7 +288,12 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=32)
     p.add_argument("--new", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "int8"],
+        default="float32",
+        help="the products' weights (int8: float32 with handler.quantization int8)",
+    )
     p.add_argument("--kv-cache-mib", type=int, default=1024, help="the main run's KV budget (enough for 64 streams)")
     p.add_argument(
         "--torch-threads",

@@ -166,3 +166,21 @@ def test_past_max_waiting_a_request_is_a_503_and_the_queued_ones_still_finish(mo
     gate.set()
     assert collector.errors["c"][0] == 503 and "max_waiting 2" in collector.errors["c"][1]
     assert collector.text("a") == collector.text("b") == "One, two."
+
+
+def test_model_config_quantization_int8_answers_from_int8_weights() -> None:
+    """handler.quantization: int8 loads the weight-only int8 decoder (zoo/decoders/test_int8 holds its numbers);
+    an unknown value fails initialize with the key's message."""
+    from serve.backend.cpu_int8 import QuantizedWeight
+
+    handler = TextGenerationHandler()
+    config = {"handler": {"kv_cache_bytes": "1MiB", "quantization": "int8"}}
+    handler.initialize(Context("tinychat", str(FOLDER), {"model": {}}, 1, None, "0.1.0", model_yaml_config=config))
+    assert isinstance(handler.model.blocks[0].qkv._parts[0][2], QuantizedWeight)
+    collector = Collector()
+    handler.submit("q", _chat("Count to 2."), handler.context, collector.emit_for("q"))
+    assert collector.text("q")  # it answers; the words may differ from float32's
+    bad = TextGenerationHandler()
+    config = {"handler": {"quantization": "int4"}}
+    with pytest.raises(ValueError, match="quantization 'int4' is not supported"):
+        bad.initialize(Context("tinychat", str(FOLDER), {"model": {}}, 1, None, "0.1.0", model_yaml_config=config))
