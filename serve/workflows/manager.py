@@ -104,7 +104,10 @@ class WorkflowManager:
         if not url:
             raise InvalidInput("Parameter url is required.")
         store = self.settings.workflow_store or self.settings.model_store
-        path, downloaded = await resolve_url(url, dataclasses.replace(self.settings, model_store=store))
+        try:
+            path, downloaded = await resolve_url(url, dataclasses.replace(self.settings, model_store=store))
+        except ModelNotFound as e:  # the model store's rules, said of the workflow store
+            raise WorkflowNotFound(_of_workflows(str(e))) from None
         workdir = self._workdir()
         try:
             war = await asyncio.to_thread(open_workflow_archive, path, workdir / "war")
@@ -254,6 +257,14 @@ def _function_model(war: WorkflowArchive, node: str, name: str, nodes_dir: Path)
     nodes_dir.mkdir(parents=True, exist_ok=True)
     return package(name, "1.0", f"{handler}:{node}", extra_files=others, export_path=nodes_dir,
                    archive_format="no-archive", progress=False)  # fmt: skip
+
+
+def _of_workflows(message: str) -> str:
+    """A model-store message of resolve_url said of the workflow store."""
+    for model, workflow in (("Model not found", "Workflow archive not found"), ("model store", "workflow store"),
+                            ("model_store", "workflow_store"), ("--model-store", "--workflow-store")):  # fmt: skip
+        message = message.replace(model, workflow)
+    return message
 
 
 def _json_or_text(body: bytes) -> Any:

@@ -31,7 +31,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.examples.test_ts_workflows import load
 from tests.examples.ts_files import archive, example_files, image_bytes, torch_import
 from tests.helpers import torch
 from tests.integration.server import ServerProcess
@@ -124,7 +123,7 @@ def served(tmp_path_factory):
 
 def expected_answers(refs, src) -> list[object]:
     """The example's pre_processing by hand, then each model's handler steps on torch."""
-    b64 = load(src / "workflow_dog_breed_classification_handler.py").pre_processing(
+    b64 = torch_import(src / "workflow_dog_breed_classification_handler.py").pre_processing(
         [{"body": p} for p in PICTURES], None
     )
     steps = preprocess()

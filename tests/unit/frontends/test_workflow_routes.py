@@ -79,6 +79,12 @@ def test_register_predict_describe_list_unregister(tmp_path: Path) -> None:
         r = await management.delete("/workflows/wf")
         assert r.json() == {"status": 'Workflow "wf" unregistered'}
         assert (await management.get("/workflows/wf")).json()["type"] == "WorkflowNotFoundException"
+        r = await management.post("/workflows", params={"url": "missing.war"})
+        assert r.status_code == 404 and r.json() == {
+            "code": 404,
+            "type": "WorkflowNotFoundException",
+            "message": "Workflow archive not found at: missing.war",
+        }
 
     registry = run(tmp_path, test, enable_model_api=True)
     registered = {call[2]["model_name"]: call[2] for call in registry.calls if call[0] == "register"}
