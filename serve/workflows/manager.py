@@ -17,8 +17,9 @@ Decisions:
 - The .war comes from `workflow_store` (TorchServe's default: the model store) or an allowed URL, under the same
   rules as a .mar. All nodes are registered concurrently and synchronously; if one fails, those registered are
   unregistered again and the registration fails with the first failure's status and every node's message (a
-  missing .mar is a 404, a bad spec a 400; TorchServe answers 500 for all of them). A name already registered is
-  409, as TorchServe.
+  missing .mar is a 404; TorchServe answers 500 for any node that fails). A bad spec or DAG is a 400, as in
+  TorchServe. A name already registered is 409 (TorchServe: 409 ConflictStatusException, 500 in its postman
+  data).
 - The nodes' models stay out of config snapshots (a restart does not bring back half a workflow; TorchServe keeps
   no workflows across restarts either) and out of GET /models' function nodes, as TorchServe's list skips models
   without a url. They can be described and scaled through /models like any model.
