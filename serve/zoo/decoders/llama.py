@@ -90,14 +90,18 @@ class LlamaDecoder:
         x = self.embed[batch.input_ids]  # (T, hidden)
         cos, sin = self.rope.for_step(batch)
         for layer, block in enumerate(self.blocks):
-            x = x + self._attention(block, rms_norm(x, block.input_norm, c.norm_eps), cos, sin, layer, batch, cache)
-            x = x + block.down(silu_and_mul(block.gate_up(rms_norm(x, block.post_norm, c.norm_eps))))
+            h = rms_norm(x, block.input_norm, c.norm_eps)
+            x = self._attention(block, h, cos, sin, layer, batch, cache, residual=x)  # x + o_proj(attention)
+            h = silu_and_mul(block.gate_up(rms_norm(x, block.post_norm, c.norm_eps)))  # (T, intermediate)
+            x = block.down(h, residual=x)  # x + down(h), the add in the product's epilogue
         x = rms_norm(x[batch.logits_indices], self.norm, c.norm_eps)  # (L, hidden)
         return self.lm_head(x).astype(np.float32, copy=False)  # (L, vocab)
 
     def _attention(
-        self, b: _Block, h: np.ndarray, cos: np.ndarray, sin: np.ndarray, layer: int, batch: StepBatch, cache: KVCache
-    ) -> np.ndarray:
+        self, b: _Block, h: np.ndarray, cos: np.ndarray, sin: np.ndarray, layer: int, batch: StepBatch, cache: KVCache,
+        residual: np.ndarray | None = None,
+    ) -> np.ndarray:  # fmt: skip
+        """o_proj(attention(h)), plus `residual` when given (added in the product's epilogue)."""
         c = self.config
         t, d = h.shape[0], c.head_dim
         qkv = b.qkv(h)  # (T, (heads + 2 kv_heads) * head_dim)
@@ -111,4 +115,4 @@ class LlamaDecoder:
         cache.write(layer, k, v, batch.slot_mapping)
         scale = None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar**-0.5  # None: 1/sqrt(head_dim)
         y = paged_attention(q, cache, layer, batch, b.window, scale, c.attn_logit_softcapping)  # (T, heads, head_dim)
-        return b.o_proj(y.reshape(t, c.num_heads * d))  # (T, hidden)
+        return b.o_proj(y.reshape(t, c.num_heads * d), residual=residual)  # (T, hidden)
