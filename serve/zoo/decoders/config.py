@@ -130,6 +130,11 @@ def read_config(folder: Path) -> DecoderConfig:
     """The DecoderConfig of a Hugging Face folder's config.json (model_type one of FAMILIES)."""
     r = _Reader(read_json(folder / "config.json"), "config.json")
     model_type = r.get("model_type", str)
+    if model_type == "gemma3":
+        raise CheckpointError(
+            "config.json: model_type 'gemma3' is Gemma 3 with its vision tower (Gemma3ForConditionalGeneration); "
+            "serve reads the text model, model_type 'gemma3_text' (Gemma3ForCausalLM)"
+        )
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"config.json: model_type '{model_type}' is not a decoder family serve implements "
