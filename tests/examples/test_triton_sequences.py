@@ -84,3 +84,21 @@ def test_rest_sequence_parameters_and_refusals(served):
     }
     for what, (response, words) in refusals.items():
         assert response.status_code == 400 and words in response.text, (what, response.text)
+
+
+def test_the_model_config_shows_the_sequence_batcher(served):
+    """Triton's ModelConfig of a sequence model has `sequence_batching` (what perf_analyzer reads to send sequences),
+    not `dynamic_batching`, on REST and gRPC."""
+    import grpc
+
+    from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
+    from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
+
+    config = httpx.get(f"{served.inference}/v2/models/simple_sequence/config", timeout=60).json()
+    assert config["sequence_batching"] == {"max_sequence_idle_microseconds": 60_000_000}
+    assert "dynamic_batching" not in config
+    with grpc.insecure_channel(served.grpc_inference) as channel:
+        answer = pb_grpc.GRPCInferenceServiceStub(channel).ModelConfig(pb.ModelConfigRequest(name="simple_sequence"),
+                                                                       timeout=60)  # fmt: skip
+    assert answer.config.sequence_batching.max_sequence_idle_microseconds == 60_000_000
+    assert not answer.config.HasField("dynamic_batching")

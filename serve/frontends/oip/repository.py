@@ -9,9 +9,11 @@ Decisions:
 - The config is derived, never stored: the tensors from the v2 metadata (the model-config's `handler: {inputs,
   outputs}`, core.py), `max_batch_size` from `batchSize` when every metadata shape starts with the -1 batch
   dimension (which is then left out of `dims`, as perf_analyzer expects), else 0; `dynamic_batching` only when
-  the batch size is over 1, its delay `maxBatchDelay` (ms) in microseconds. Data types are Triton's enum names
-  (`TYPE_FP32`; BYTES is `TYPE_STRING`), dims JSON numbers (Triton's HTTP endpoint writes numbers too). An input's
-  `format` and an output's `label_filename` are the model-config's (classification.py), when it declares them.
+  the batch size is over 1, its delay `maxBatchDelay` (ms) in microseconds; a stateful model (`sequenceBatching`)
+  has `sequence_batching` with `max_sequence_idle_microseconds` instead, as Triton's sequence models do. Data
+  types are Triton's enum names (`TYPE_FP32`; BYTES is `TYPE_STRING`), dims JSON numbers (Triton's HTTP endpoint
+  writes numbers too). An input's `format` and an output's `label_filename` are the model-config's
+  (classification.py), when it declares them.
 - The index lists every version of every model, state `READY` when a worker of that version is READY, else
   `UNAVAILABLE` with the reason; then every archive in the model store that is not registered (model_control.py
   names them), `UNAVAILABLE` with the reason `unloaded`, as Triton lists its repository's unloaded models;
@@ -46,7 +48,9 @@ def model_config(dataplane: DataPlane, model: str, version: str | None = None) -
         "input": [_tensor(t, skip, format=formats.get(t["name"])) for t in meta["inputs"]],
         "output": [_tensor(t, skip, label_filename=labels.get(t["name"])) for t in meta["outputs"]],
     }
-    if batch > 1:
+    if entry.get("stateful"):  # Triton's sequence batcher instead of its dynamic batcher (oip/sequence.py)
+        config["sequence_batching"] = {"max_sequence_idle_microseconds": int(entry["sequenceMaxIdleMSec"]) * 1000}
+    elif batch > 1:
         delay_us = int(entry.get("maxBatchDelay") or 0) * 1000
         config["dynamic_batching"] = {"max_queue_delay_microseconds": delay_us}
     return config
