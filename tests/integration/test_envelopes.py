@@ -67,7 +67,7 @@ def test_v2_bytes_tensor(server: ServerProcess, reference: dict[str, float], bin
         element = PNG if binary else base64.b64encode(PNG)
         tensor.set_data_from_numpy(np.array([element], dtype=np.object_), binary_data=binary)
         result = client.infer("digits", [tensor])
-        (text,) = result.as_numpy("output0").tolist()
+        (text,) = result.as_numpy("INPUT0").tolist()  # named after the input, as TorchServe's kservev2 answers
         _close(json.loads(text), reference)
     finally:
         client.close()

@@ -9,8 +9,11 @@ TorchServe's kservev2-style input dict, always decoded (whatever `decode_input_r
 (BYTES elements are strings, BF16 values floats; binary-extension parameters are removed), and the request header
 `x-serve-protocol: v2`. A handler answers it with `{"outputs": [{"name", "datatype", "shape", "data"}]}` (a flat
 or nested `data`); `handlers/tensor.py` does. An answer of another form (a handler that knows nothing of v2) becomes
-one output `output0`: numbers with the datatype numpy infers, a JSON object (or a list holding objects) as BYTES
-of JSON text, so every handler can be called over v2. The built-in image and text handlers get the request's one
+one output as TorchServe's kservev2 envelope answers it: named after the request's (first) input (`input-0` in,
+`input-0` out), its data flattened and its shape the flattened length (a scalar: [1]); numbers with the datatype
+numpy infers (JSON floats as FP32), a JSON object (or a list holding objects) as BYTES of JSON text, so every
+handler can be called over v2. When the request names exactly one output, the answer takes that name (a client
+that asked for the metadata's `output0` gets it). The built-in image and text handlers get the request's one
 input as their plain payload instead of the body (serve/batching/envelopes.py).
 
 Model metadata comes from the archive's model-config `handler: {inputs: [...], outputs: [...]}` (each
@@ -178,7 +181,8 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
         body = b"".join([chunk async for chunk in answer.chunks])
     if answer.status != 200:
         raise PredictionException(error_message(body), answer.status)
-    outputs = _select(parse_handler_answer(body, answer.content_type), request.outputs)
+    plain_name = request.outputs[0].name if len(request.outputs) == 1 else request.inputs[0].name
+    outputs = _select(parse_handler_answer(body, answer.content_type, plain_name), request.outputs)
     outputs = classification.classify_outputs(dataplane, model, version, outputs, request.outputs)
     model_version = version
     if model_version is None:  # the default version that answered (a dict lookup and a /proc read per worker)
@@ -206,8 +210,10 @@ def _kept(parameters: dict[str, Any]) -> dict[str, Any]:
     return {"parameters": kept} if kept else {}
 
 
-def parse_handler_answer(body: bytes, content_type: str = "application/json") -> list[InferOutput]:
-    """A handler's answer as v2 outputs: `{"outputs": [...]}`, or any other JSON value as one output `output0`."""
+def parse_handler_answer(body: bytes, content_type: str = "application/json",
+                         name: str = DEFAULT_OUTPUT) -> list[InferOutput]:  # fmt: skip
+    """A handler's answer as v2 outputs: `{"outputs": [...]}`, or any other JSON value as one flat output `name`
+    (see the module docstring)."""
     try:
         value = json.loads(body)
     except json_values.DECODE_ERRORS:
@@ -218,7 +224,7 @@ def parse_handler_answer(body: bytes, content_type: str = "application/json") ->
     if isinstance(value, dict) and isinstance(value.get("outputs"), list):
         return [_output(o) for o in value["outputs"]]
     if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict) for v in value)):
-        return [_json_output(value)]
+        return [_json_output(value, name)]
     try:
         array = np.asarray(value)
         datatype = tensors.datatype_of(array)
@@ -226,16 +232,17 @@ def parse_handler_answer(body: bytes, content_type: str = "application/json") ->
         raise PredictionException(f"the handler's answer is not a tensor ({e}): answer v2 outputs", 500) from None
     if array.dtype == np.float64:
         array, datatype = array.astype(np.float32), "FP32"  # JSON numbers: float32, as the tensor handler reads them
-    return [InferOutput(DEFAULT_OUTPUT, datatype, list(array.shape), array)]
+    flat = array.reshape(-1)  # TorchServe's kservev2 answer: flattened, shape [n]
+    return [InferOutput(name, datatype, list(flat.shape), flat)]
 
 
-def _json_output(value: dict[str, Any] | list[Any]) -> InferOutput:
-    """A JSON object answer (an image classifier's `{label: prob}`, a detector's list of boxes) as BYTES `output0`,
+def _json_output(value: dict[str, Any] | list[Any], name: str) -> InferOutput:
+    """A JSON object answer (an image classifier's `{label: prob}`, a detector's list of boxes) as a BYTES output,
     one JSON text per element: a dict is one element, a list one per entry."""
     items = value if isinstance(value, list) else [value]
     data = np.empty(len(items), dtype=np.object_)
     data[:] = [json_values.dumps(v).encode() for v in items]
-    return InferOutput(DEFAULT_OUTPUT, "BYTES", [len(items)], data)
+    return InferOutput(name, "BYTES", [len(items)], data)
 
 
 def _output(spec: Any) -> InferOutput:

@@ -60,16 +60,36 @@ def test_kserve_v1_takes_the_first_requests_instances(context):
 
 
 def test_kserve_v2_parses_inputs_and_answers_the_open_inference_protocol(context):
-    handle, seen = recorder([[[0.25, 0.75]], [3]])
-    request = {"id": "abc", "inputs": [{"name": "input-0", "shape": [2], "datatype": "INT64", "data": [66, 108]}]}
+    handle, seen = recorder([[[0.25, 0.75]], 3])
+    request = {"id": "abc", "inputs": [{"name": "a", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]},
+                                       {"name": "b", "shape": [1], "datatype": "BYTES", "data": ["hi"]}]}  # fmt: skip
     out = KServev2Envelope(handle).handle([{"body": json.dumps(request).encode()}], context)
-    assert seen == [[request["inputs"]]]
+    # TorchServe's: the first request's inputs, numbers in their shape, BYTES data its first element
+    assert seen == [[{**request["inputs"][0], "data": [[1.0, 2.0]]}, {**request["inputs"][1], "data": "hi"}]]
     assert out == [{"id": "abc", "model_name": "bert", "model_version": "1.0", "outputs": [
-        {"name": "predict", "shape": [1, 2], "datatype": "FP64", "data": [0.25, 0.75]},
-        {"name": "predict", "shape": [1], "datatype": "INT64", "data": [3]},
+        {"name": "a", "shape": [2], "datatype": "FP64", "data": [0.25, 0.75]},  # result i named after input i
+        {"name": "b", "shape": [1], "datatype": "INT64", "data": [3]},  # flattened: a scalar has shape [1]
     ]}]  # fmt: skip
-    out = KServev2Envelope(handle).handle([{"body": {"inputs": []}}], context)
-    assert out[0]["id"] == "rid-0"  # no id in the request: the server's request id
+    out = KServev2Envelope(recorder([1, 2])[0]).handle([{"body": {"id": " ", "inputs": [request["inputs"][1]]}}],
+                                                       context)  # fmt: skip
+    assert out[0]["id"] == "rid-0"  # a blank id: the server's request id
+    assert [o["name"] for o in out[0]["outputs"]] == ["b", "output-1"]  # past the inputs (TorchServe: IndexError)
+
+
+def test_kserve_v2_answers_torchserves_mnist_example(tmp_path):
+    """pytorch/serve 62c4d6a: kubernetes/kserve/kf_request_json/v2/mnist/mnist_v2_tensor.json in, the answer its
+    tests/scripts/test_mnist.sh expects out (input-0 in, input-0 with shape [1] out), for a handler answering 1."""
+    context = Context("mnist", str(tmp_path), {"model": {"modelName": "mnist", "modelVersion": "1.0"}}, 1, None, "0")
+    context.begin_batch({0: "rid-0"}, [{}])
+    image = [[[0.0] * 28 for _ in range(28)]]
+    request = {"id": "d3b15cad-50a2-4eaf-80ce-8b0a428bd298",
+               "inputs": [{"name": "input-0", "shape": [1, 28, 28], "datatype": "FP32", "data": image}]}  # fmt: skip
+    handle, seen = recorder(lambda rows: [1 for _ in rows])
+    out = KServev2Envelope(handle).handle([{"body": json.dumps(request).encode()}], context)
+    assert seen == [request["inputs"]]  # as TorchServe's test_handle_kfv2 hands the mnist handler its rows
+    expected = ('{"id":"d3b15cad-50a2-4eaf-80ce-8b0a428bd298","model_name":"mnist","model_version":"1.0",'
+                '"outputs":[{"name":"input-0","datatype":"INT64","data":[1],"shape":[1]}]}')  # fmt: skip
+    assert out == [json.loads(expected)]
 
 
 def test_an_envelope_must_define_both_directions():

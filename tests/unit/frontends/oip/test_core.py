@@ -171,15 +171,20 @@ def test_infer_errors_are_v2_bodies(tmp_path):
     run(check, tmp_path, Registry())
 
 
-def test_an_answer_that_is_not_v2_becomes_output0(tmp_path):
-    async def plain(request):
-        return InferenceResponse(body=b"[[0.5, 1.5]]")
+def test_an_answer_that_is_not_v2_is_answered_as_torchserves_kservev2_envelope(tmp_path):
+    """Named after the request's input, flattened, shape its length (pytorch/serve's kservev2.py _to_json; its
+    test_mnist.sh: input-0 in, {"name": "input-0", "shape": [1], "data": [1]} out); a named output keeps its name."""
+    answers = {"[[0.5, 1.5]]": ("FP32", [0.5, 1.5]), "1": ("INT64", [1]), '{"cat": 0.5}': ("BYTES", ['{"cat": 0.5}'])}
 
     async def check(s):
-        s.registry.responder = plain
-        x = {"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}
-        r = await s.inference.post("/v2/models/mnist/infer", json={"inputs": [x]})
-        assert r.json()["outputs"] == [{"name": "output0", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 1.5]}]
+        for answer, (datatype, data) in answers.items():
+            s.registry.responder = lambda request, answer=answer: _answer(answer)
+            x = {"name": "input-0", "datatype": "FP32", "shape": [1], "data": [1]}
+            r = await s.inference.post("/v2/models/mnist/infer", json={"inputs": [x]})
+            assert r.json()["outputs"] == [{"name": "input-0", "datatype": datatype, "shape": [len(data)],
+                                            "data": data}], answer  # fmt: skip
+        r = await s.inference.post("/v2/models/mnist/infer", json={"inputs": [x], "outputs": [{"name": "output0"}]})
+        assert [o["name"] for o in r.json()["outputs"]] == ["output0"]
 
     run(check, tmp_path, Registry())
 
@@ -243,6 +248,10 @@ def test_unknown_v2_path_is_echoed_bounded_and_escaped(tmp_path):
         assert r.status_code == 405 and long not in r.json()["error"] and "characters)" in r.json()["error"]
 
     run(check, tmp_path, Registry())
+
+
+async def _answer(body: str) -> InferenceResponse:
+    return InferenceResponse(body=body.encode())
 
 
 def test_core_infer_selects_requested_outputs():

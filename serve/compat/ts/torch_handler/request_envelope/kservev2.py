@@ -1,10 +1,13 @@
-"""`ts.torch_handler.request_envelope.kservev2.KServev2Envelope`: the Open Inference Protocol, as TorchServe's.
+"""`ts.torch_handler.request_envelope.kservev2.KServev2Envelope`: the Open Inference Protocol, as TorchServe's
+(pytorch/serve ts/torch_handler/request_envelope/kservev2.py and its test_mnist_kf.py are the contract).
 
-parse_input gives, per request, the list of its `inputs` (each `{"name", "shape", "datatype", "data"}`);
-a request `id` is remembered for the answer. format_output answers ONE response for the batch:
-`{"id", "model_name", "model_version", "outputs": [...]}`, one output per result, named "predict" (or
-"explain"), with its numpy shape, the protocol datatype and the flattened data. Workflow requests
-(`Workflow-Request-Type` header) read `outputs` instead of `inputs`, as TorchServe's.
+parse_input gives the handler the FIRST request's `inputs` list (each `{"name", "shape", "datatype", "data"}`), as
+TorchServe's does: a numeric input's `data` reshaped to its `shape` (nested lists), a BYTES input's `data` its
+first element; the input names and the request `id` are remembered for the answer. format_output answers ONE
+response: `{"id", "model_name", "model_version", "outputs": [...]}`, result i named after input i (TorchServe's
+`input-0` in, `input-0` out), its data flattened, its shape the flattened length (a scalar answer has shape [1]),
+its datatype from the numpy dtype. A result past the inputs (TorchServe fails with an IndexError there) is named
+`output-<i>`. Workflow requests (`Workflow-Request-Type` header) read `outputs` instead of `inputs`, per request.
 """
 
 from __future__ import annotations
@@ -36,22 +39,30 @@ def _to_datatype(dtype: np.dtype) -> str:
 
 class KServev2Envelope(BaseEnvelope):
     def parse_input(self, data: list[Any]) -> list[Any]:
+        if not self._workflow(0):
+            inputs = self._from_json(payload(data[0]))
+            if not isinstance(inputs, list):
+                raise ValueError('the KServe v2 envelope expects {"inputs": [{"name", "shape", "datatype", "data"}]}')
+            self.context.input_names = [str(i.get("name")) for i in inputs if isinstance(i, dict)]
+            return [_shaped(i) for i in inputs]
         out = []
         for i, row in enumerate(data):
-            kind = self.context.get_request_header(i, WORKFLOW_HEADER) if self.context else None
-            key = "outputs" if kind else "inputs"
+            kind = self._workflow(i)
             if kind and str(kind).lower() == "nested":
-                out.append({node: self._from_json(body, key).get("data") for node, body in row.items()})
+                out.append({node: self._from_json(body, "outputs").get("data") for node, body in row.items()})
             else:
-                out.append(self._from_json(payload(row), key))
+                out.append(self._from_json(payload(row), "outputs" if kind else "inputs"))
         return out
+
+    def _workflow(self, i: int) -> Any:
+        return self.context.get_request_header(i, WORKFLOW_HEADER) if self.context else None
 
     def _from_json(self, body: Any, key: str = "inputs") -> Any:
         if isinstance(body, (bytes, bytearray)):
             body = json.loads(body.decode())
         if not isinstance(body, dict):
             raise ValueError(f'the KServe v2 envelope expects a JSON object {{"{key}": [...]}}')
-        if "id" in body:
+        if body.get("id") and str(body["id"]).strip():  # TorchServe's: an empty id takes the server's
             self.context.input_request_id = body["id"]
         return body.get(key)
 
@@ -68,12 +79,24 @@ class KServev2Envelope(BaseEnvelope):
             response["model_name"], response["model_version"] = model.get("modelName"), model.get("modelVersion")
         else:
             response["model_name"] = self.context.model_name
-        response["outputs"] = [self._to_json(item) for item in data]
+        names = getattr(self.context, "input_names", None) or []
+        if hasattr(self.context, "input_names"):
+            del self.context.input_names
+        response["outputs"] = [_to_json(item, names[i] if i < len(names) else f"output-{i}")
+                               for i, item in enumerate(data)]  # fmt: skip
         return [response]
 
-    def _to_json(self, data: Any) -> dict[str, Any]:
-        array = np.array(data)
-        explain = self.context.get_request_header(0, "explain") == "True"
-        shape = list(array.shape)
-        return {"name": "explain" if explain else "predict", "shape": shape, "datatype": _to_datatype(array.dtype),
-                "data": (array.flatten() if shape else array).tolist()}  # fmt: skip
+
+def _shaped(spec: Any) -> Any:
+    """A parsed input as TorchServe hands it over: numeric data in its shape, BYTES data its first element."""
+    if not isinstance(spec, dict) or "data" not in spec:
+        return spec
+    if spec.get("datatype") == "BYTES":
+        data = spec["data"]
+        return {**spec, "data": data[0] if isinstance(data, list) and data else data}
+    return {**spec, "data": np.array(spec["data"]).reshape(tuple(spec.get("shape") or [-1])).tolist()}
+
+
+def _to_json(data: Any, name: str) -> dict[str, Any]:
+    flat = np.array(data).flatten()  # TorchServe's answer: always the flattened data, shape its length
+    return {"name": name, "datatype": _to_datatype(flat.dtype), "data": flat.tolist(), "shape": list(flat.shape)}
