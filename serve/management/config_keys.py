@@ -6,12 +6,12 @@ Nothing is silently ignored. A key whose setting would change how requests are a
 refused with a 400 that names it and says it is not supported (a model that relies on it would misbehave):
 `stateful`, `useJobTicket`, `asyncCommunication` when true,
 `parallelType` when not empty, `parallelLevel` over 1 and `clientTimeoutInMills` over 0. A key that is harmless
-to leave out (the sequence-batching limits without `sequenceBatching: true`, and `sequenceTimeoutMSec`; `useVenv`;
+to leave out (the sequence-batching limits without `sequenceBatching: true`; `useVenv`;
 `pt2`, TorchServe's torch.compile / AOTInductor settings, where serve runs its own inference plan) is warned about
 once, at registration, in the log, and describe lists it under `ignoredConfigKeys`. Every other key either is
 ours or TorchServe's and honoured, or reaches the handler as `context.model_yaml_config` (the `handler:` section).
-`sequenceBatching: true` and its limits `maxNumSequence`, `maxSequenceJobQueueSize`, `sequenceMaxIdleMSec` are
-honoured (serve/management/sequences.py).
+`sequenceBatching: true` and its limits `maxNumSequence`, `maxSequenceJobQueueSize`, `sequenceMaxIdleMSec`,
+`sequenceTimeoutMSec` are honoured (serve/management/sequences.py).
 `continuousBatching: true` is honoured when the handler declares `continuous = True`: the worker checks it at load
 and refuses the registration (400) naming what the handler lacks otherwise (serve/worker/continuous.py).
 """
@@ -63,7 +63,7 @@ def unsupported_keys(yaml: Mapping[str, Any], where: str) -> tuple[str, ...]:
         if key in yaml and asks(yaml[key]):
             raise InvalidInput(f"{where}: {key}={yaml[key]!r} is not supported by serve; remove it from the "
                                "model-config YAML (see the README's model-config keys)")  # fmt: skip
-    honoured = SEQUENCE_LIMITS[:3] if _true(yaml.get("sequenceBatching")) else ()
+    honoured = SEQUENCE_LIMITS if _true(yaml.get("sequenceBatching")) else ()
     ignored = tuple(key for key, matters in WARNED.items()
                     if key in yaml and key not in honoured and matters(yaml[key]))  # fmt: skip
     if ignored:

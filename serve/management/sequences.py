@@ -26,9 +26,10 @@ Decisions, and why:
   the version's, and the workers are balanced by count.
 - A sequence is freed when its last request (end header) is answered, or when it has been idle (nothing queued or
   running) for `sequenceMaxIdleMSec` (0 or unset: 60000; TorchServe's 0 would expire a sequence between any two
-  requests). The ids of the last CLOSED_REMEMBERED closed sequences are remembered: a request to one without the
-  start flag is a 400 that says it was ended or expired and how to start again (TorchServe would silently open a
-  new sequence on another worker, without the state).
+  requests), or, with `sequenceTimeoutMSec` over 0, once it is older than that (a request then is a 400; the
+  requests already taken are answered). The ids of the last CLOSED_REMEMBERED closed sequences are remembered: a
+  request to one without the start flag is a 400 that says it was ended, expired or timed out and how to start
+  again (TorchServe would silently open a new sequence on another worker, without the state).
 - A start flag on an open sequence restarts it on the same worker (the handler sees the start header and resets).
 - When the worker of a sequence stops (scale down), its queued requests fail with 503 and the sequence is closed.
   A worker process that died and was restarted has lost the state of its sequences (the handler's memory): the
@@ -59,7 +60,8 @@ SEQUENCE_ID = "ts_request_sequence_id"  # TorchServe's header names
 SEQUENCE_START, SEQUENCE_END = "ts_request_sequence_start", "ts_request_sequence_end"
 DEFAULT_IDLE_MS = 60_000
 CLOSED_REMEMBERED = 4096
-KEYS = {"maxNumSequence": 1, "maxSequenceJobQueueSize": 1, "sequenceMaxIdleMSec": 0}  # key -> smallest valid value
+# key -> smallest valid value
+KEYS = {"maxNumSequence": 1, "maxSequenceJobQueueSize": 1, "sequenceMaxIdleMSec": 0, "sequenceTimeoutMSec": 0}
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class SequenceSettings:
     max_num_sequence: int = 1  # TorchServe's default
     max_job_queue: int = 1  # maxSequenceJobQueueSize: requests waiting behind the one with the worker
     max_idle_ms: int = DEFAULT_IDLE_MS
+    timeout_ms: int = 0  # sequenceTimeoutMSec: the longest a sequence may last (0: no limit)
 
 
 def is_true(value: Any) -> bool:
@@ -87,7 +90,8 @@ def sequence_settings(yaml: Mapping[str, Any], where: str) -> SequenceSettings |
             raise InvalidInput(f"{where}: {key}={value!r} is not valid: expected an integer >= {lowest}")
         values[key] = value
     return SequenceSettings(values["maxNumSequence"] or 1, values["maxSequenceJobQueueSize"] or 1,
-                            values["sequenceMaxIdleMSec"] or DEFAULT_IDLE_MS)  # fmt: skip
+                            values["sequenceMaxIdleMSec"] or DEFAULT_IDLE_MS,
+                            values["sequenceTimeoutMSec"] or 0)  # fmt: skip
 
 
 class Slot(Protocol):
@@ -107,6 +111,7 @@ class _Sequence:
     ended: bool = False  # its end request came: nothing more is taken without a start flag
     generation: int | None = None  # the slot's process that holds its state (set at its first answer)
     last: float = field(default_factory=time.monotonic)
+    opened: float = field(default_factory=time.monotonic)
 
 
 class SequenceRouter:
@@ -135,6 +140,9 @@ class SequenceRouter:
                                    "request")  # fmt: skip
             sequence_id, start = f"ts-seq-{uuid.uuid4()}", True
         seq = self.open.get(sequence_id)
+        if seq is not None and self._timed_out(seq, time.monotonic()) and not start:
+            self._close(seq, f"timed out (sequenceTimeoutMSec={self.settings.timeout_ms})")
+            raise InvalidInput(self._closed_message(sequence_id, self.closed[sequence_id]))
         if seq is None or (seq.ended and start and not seq.running and not seq.backlog):
             if seq is None:
                 self._check_new(sequence_id, start, triton)
@@ -239,10 +247,17 @@ class SequenceRouter:
         """Close the sequences idle for longer than sequenceMaxIdleMSec; their ids."""
         now = time.monotonic() if now is None else now
         limit = self.settings.max_idle_ms / 1000.0
-        idle = [s for s in self.open.values() if s.running is None and not s.backlog and now - s.last > limit]
+        idle = [s for s in self.open.values() if s.running is None and not s.backlog
+                and (now - s.last > limit or self._timed_out(s, now))]  # fmt: skip
         for seq in idle:
-            self._close(seq, f"expired (idle for more than sequenceMaxIdleMSec={self.settings.max_idle_ms})")
+            why = f"expired (idle for more than sequenceMaxIdleMSec={self.settings.max_idle_ms})"
+            if self._timed_out(seq, now):
+                why = f"timed out (sequenceTimeoutMSec={self.settings.timeout_ms})"
+            self._close(seq, why)
         return [s.id for s in idle]
+
+    def _timed_out(self, seq: _Sequence, now: float) -> bool:
+        return self.settings.timeout_ms > 0 and now - seq.opened > self.settings.timeout_ms / 1000.0
 
     def _start_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -271,7 +286,7 @@ class SequenceRouter:
 
     def describe(self) -> dict[str, Any]:
         s = self.settings
-        return {"stateful": True, "sequenceMaxIdleMSec": s.max_idle_ms, "sequenceTimeoutMSec": 0,
+        return {"stateful": True, "sequenceMaxIdleMSec": s.max_idle_ms, "sequenceTimeoutMSec": s.timeout_ms,
                 "maxNumSequence": s.max_num_sequence, "maxSequenceJobQueueSize": s.max_job_queue,
                 "openSequences": len(self.open)}  # fmt: skip
 

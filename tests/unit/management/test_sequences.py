@@ -158,7 +158,8 @@ def test_model_config_keys():
     with pytest.raises(InvalidInput, match="continuousBatching together"):
         sequence_settings({"sequenceBatching": True, "continuousBatching": True}, "w")
     honoured = {"sequenceBatching": True, "maxNumSequence": 4, "sequenceTimeoutMSec": 5}
-    assert unsupported_keys(honoured, "w") == ("sequenceTimeoutMSec",)
+    assert unsupported_keys(honoured, "w") == ()
+    assert sequence_settings(honoured, "w") == SequenceSettings(4, 1, 60_000, 5)
     assert unsupported_keys({"maxNumSequence": 4}, "w") == ("maxNumSequence",)
 
 
@@ -179,5 +180,25 @@ def test_a_sequence_whose_worker_restarted_is_closed_with_a_503():
         with pytest.raises(InvalidInput, match="was lost"):
             r.submit(job(**{SEQUENCE_ID: "s"}))
         r.submit(job(**{SEQUENCE_ID: "s", SEQUENCE_START: "true"}))  # a new sequence lives in the new process
+
+    asyncio.run(scenario())
+
+
+def test_a_sequence_older_than_sequence_timeout_is_closed():
+    async def scenario():
+        slot = FakeSlot("a")
+        r = router([slot], max_num_sequence=2, max_idle_ms=600_000, timeout_ms=1000)
+        r.submit(job(**{SEQUENCE_ID: "s"}))
+        answer(slot.queue)
+        await asyncio.sleep(0)
+        opened = r.open["s"].opened
+        assert r.expire_idle(opened + 0.5) == []
+        assert r.expire_idle(opened + 1.5) == ["s"]
+        with pytest.raises(InvalidInput, match="timed out"):
+            r.submit(job(**{SEQUENCE_ID: "s"}))
+        r.submit(job(**{SEQUENCE_ID: "t"}))
+        r.open["t"].opened -= 2  # older than the timeout while a request is asked for
+        with pytest.raises(InvalidInput, match=r"timed out \(sequenceTimeoutMSec=1000\)"):
+            r.submit(job(**{SEQUENCE_ID: "t"}))
 
     asyncio.run(scenario())
