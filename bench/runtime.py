@@ -56,7 +56,9 @@ class Worker:
     """One library's process for one case (or a GEMM peak): started, read until ready, told to time blocks."""
 
     def __init__(self, lib: str, case: rc.Case | None, folder: Path | None, warmup: int, log: Path) -> None:
-        argv = [sys.executable, str(SCRIPT), "--worker", lib, "--warmup", str(warmup)]
+        own_venv = lib.startswith("openvino") and rw.OPENVINO_PYTHON.exists()  # OpenVINO: bench-only, its own venv
+        python = str(rw.OPENVINO_PYTHON) if own_venv else sys.executable
+        argv = [python, str(SCRIPT), "--worker", lib, "--warmup", str(warmup)]
         if case is not None:
             argv += ["--case", case.name, "--cache", str(folder)]
         self.log = log
@@ -116,7 +118,7 @@ def gemm_peaks(log: Path) -> dict[str, float | None]:
 def measure(case: rc.Case, folder: Path, args: argparse.Namespace, log: Path) -> dict[str, dict[str, Any]]:
     """{lib: {"info": the worker's ready message, "idle": [ms per round], "load": [ms per round]}}."""
     # started one after the other: an inference plan that times kernels at load must not compete with a start
-    workers = {lib: Worker(lib, case, folder, args.warmup, log) for lib in rw.LIBS}
+    workers = {lib: Worker(lib, case, folder, args.warmup, log) for lib in args.libs}
     out: dict[str, dict[str, Any]] = {lib: {"info": w.info, "idle": [], "load": []} for lib, w in workers.items()}
     live = [lib for lib, w in workers.items() if w.info.get("ready")]
     try:
@@ -165,6 +167,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="replace the runtime table in bench/RESULTS.md")
     parser.add_argument("--profile", metavar="CASE", help="profile serve's eager calls on the case of this name")
     parser.add_argument("--case", action="append", help="time only the case of this name (repeatable)")
+    parser.add_argument("--libs", nargs="+", default=list(rw.LIBS), choices=rw.LIBS, metavar="LIB",
+                        help=f"the libraries to time (default all: {' '.join(rw.LIBS)})")  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # a child process: LIB (runtime_worker.py)
     parser.add_argument("--cache", help=argparse.SUPPRESS)  # the parent's folder of prepared cases
     args = parser.parse_args()

@@ -27,13 +27,16 @@ SEQ = 128
 ENCODER = {"d_model": 384, "nhead": 12, "dim_feedforward": 1536, "activation": "gelu", "batch_first": True,
            "norm_first": False}  # fmt: skip
 ENCODER_LAYERS = 6
+# BERT-base-sized (issue 27): 768 hidden, 12 heads, 3072 feed-forward, 12 layers, post-LN, GELU
+ENCODER_BASE = {**ENCODER, "d_model": 768, "nhead": 12, "dim_feedforward": 3072}
+ENCODER_BASE_LAYERS = 12
 DECODER = {"n_layer": 6, "n_head": 6, "n_embd": 384, "vocab_size": 50304, "block_size": 1024}  # GPT-2-style, nanoGPT
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    family: str  # mlp, resnet18, resnet50, mobilenet_v2, efficientnet_b0, minilm, encoder, decoder
+    family: str  # mlp, resnet18, resnet50, mobilenet_v2, efficientnet_b0, minilm, encoder, encoder_base, decoder
     batch: int
     target: str = ""  # the issue's target for serve / torch, where it sets one
 
@@ -42,12 +45,15 @@ CASES = [
     Case("MLP 64-128-10 b1", "mlp", 1, "<= 1.0"),
     Case("ResNet-18 b1", "resnet18", 1),
     Case("ResNet-18 b8", "resnet18", 8, "<= 1.5"),
+    Case("ResNet-50 b1", "resnet50", 1),
     Case("ResNet-50 b8", "resnet50", 8),
     Case("MobileNetV2 b8", "mobilenet_v2", 8),
     Case("EfficientNet-B0 b8", "efficientnet_b0", 8, "<= 1.0"),
     Case("MiniLM-L6 b1 seq128", "minilm", 1),
     Case("MiniLM-L6 b8 seq128", "minilm", 8, "<= 1.5"),
     Case("Encoder 6x384 b8 seq128", "encoder", 8),
+    Case("Encoder 12x768 (BERT-base-sized) b1 seq128", "encoder_base", 1),
+    Case("Encoder 12x768 (BERT-base-sized) b8 seq128", "encoder_base", 8, "<= 1.0"),
     Case("GPT-2-style decoder 6x384 b8 seq128", "decoder", 8, "<= 1.0"),
 ]
 
@@ -66,11 +72,16 @@ def make_inputs(case: Case) -> dict[str, np.ndarray]:
         return {"x": rng.standard_normal((b, 64), dtype=np.float32)}
     if case.family == "minilm":
         return {"input_ids": rng.integers(1000, 30000, (b, SEQ)), "attention_mask": np.ones((b, SEQ), np.int64)}
-    if case.family == "encoder":
-        return {"src": rng.standard_normal((b, SEQ, ENCODER["d_model"]), dtype=np.float32)}
+    if case.family in ("encoder", "encoder_base"):
+        return {"src": rng.standard_normal((b, SEQ, _encoder(case)[0]["d_model"]), dtype=np.float32)}
     if case.family == "decoder":
         return {"idx": rng.integers(0, 50257, (b, SEQ))}
     return {"x": rng.standard_normal((b, 3, 224, 224), dtype=np.float32)}
+
+
+def _encoder(case: Case) -> tuple[dict[str, Any], int]:
+    """The encoder cases' layer arguments and layer count."""
+    return (ENCODER_BASE, ENCODER_BASE_LAYERS) if case.family == "encoder_base" else (ENCODER, ENCODER_LAYERS)
 
 
 def first(out: Any) -> Any:
@@ -98,9 +109,10 @@ def torch_model(case: Case) -> Any:
         model = reference_torchvision().models.efficientnet_b0(weights=None)
         randomize_norms(model)
         return model.eval()
-    if case.family == "encoder":
-        layer = torch.nn.TransformerEncoderLayer(**ENCODER)
-        model = torch.nn.TransformerEncoder(layer, ENCODER_LAYERS, enable_nested_tensor=True)
+    if case.family in ("encoder", "encoder_base"):
+        kwargs, layers = _encoder(case)
+        layer = torch.nn.TransformerEncoderLayer(**kwargs)
+        model = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=True)
     else:
         model = {"resnet18": twins_vision.resnet18, "resnet50": twins_vision.resnet50,
                  "mobilenet_v2": twins_vision.MobileNetV2}[case.family]()  # fmt: skip
@@ -119,8 +131,9 @@ def serve_model(case: Case, weights: dict[str, np.ndarray]) -> Any:
         from serve.zoo.sentence import package_dir
 
         model = zoo.BertModel(zoo.BertConfig.from_json_file(package_dir() / "config.json"))
-    elif case.family == "encoder":
-        model = serve.nn.TransformerEncoder(serve.nn.TransformerEncoderLayer(**ENCODER), ENCODER_LAYERS)
+    elif case.family in ("encoder", "encoder_base"):
+        kwargs, layers = _encoder(case)
+        model = serve.nn.TransformerEncoder(serve.nn.TransformerEncoderLayer(**kwargs), layers)
     elif case.family == "decoder":
         from serve.zoo.gpt import GPT, GPTConfig
 
@@ -139,18 +152,20 @@ def serve_model(case: Case, weights: dict[str, np.ndarray]) -> Any:
 
 
 def prepare(case: Case, folder: Path) -> Path:
-    """Write the case's weights, inputs, reference output and ONNX file under folder/<case>; return that folder."""
-    import torch
-
-    out = folder / case.name.replace(" ", "_")
+    """Write the case's weights, inputs, reference output and ONNX file under folder/<case>; return that folder.
+    Only a folder not yet complete imports torch (the OpenVINO worker runs from a venv without it)."""
+    out = folder / case.name.replace(" ", "_").replace("(", "").replace(")", "")
     if (out / "reference.npy").exists():
         return out
+    import torch
+
     out.mkdir(parents=True, exist_ok=True)
     model = torch_model(case)
     inputs = make_inputs(case)
     args = tuple(torch.from_numpy(v) for v in inputs.values())
     np.savez(out / "weights.npz", **{k: v.detach().numpy() for k, v in model.state_dict().items()})
     np.savez(out / "inputs.npz", **inputs)
+    _borrow_onnx()
     try:
         with warnings.catch_warnings():  # the TorchScript exporter is deprecated; the dynamo one needs onnxscript
             warnings.simplefilter("ignore")
@@ -160,6 +175,20 @@ def prepare(case: Case, folder: Path) -> Path:
     with torch.inference_mode():  # written last: its presence marks the folder complete
         np.save(out / "reference.npy", first(model(*args)).numpy())
     return out
+
+
+def _borrow_onnx() -> None:
+    """torch.onnx.export needs the onnx package, which serve's venv does not carry (ONNX Runtime is the `bench`
+    extra): where it is missing and the bench-only OpenVINO venv (runtime_worker.OPENVINO_PYTHON) has it, its
+    site-packages go at the end of sys.path, so that only what serve's venv lacks is taken from there."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnx") is not None:
+        return
+    venv = ROOT / "bench" / "out" / "openvino" / "venv" / "lib"
+    found = sorted(venv.glob(f"python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"))
+    if found and (found[0] / "onnx").is_dir():
+        sys.path.append(str(found[0]))
 
 
 def count_flops(model: Any, inputs: tuple[Any, ...]) -> int:

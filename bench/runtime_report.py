@@ -9,7 +9,11 @@ from typing import Any
 from runtime_cases import Case
 from runtime_worker import LIBS
 
-NAMES = {"serve": "serve eager", "serve-opt": "serve optimized", "torch": "PyTorch eager", "ort": "ONNX Runtime"}
+NAMES = {"serve": "serve eager", "serve-opt": "serve optimized", "torch": "PyTorch eager", "ort": "ONNX Runtime",
+         "serve-opt-bf16": "serve optimized bf16", "torch-bf16": "PyTorch bf16 autocast",
+         "openvino": "OpenVINO default", "openvino-f32": "OpenVINO f32"}  # fmt: skip
+FP32 = LIBS[:4]  # the first tables' columns; the bf16 table has the rest beside serve optimized and PyTorch
+BF16 = ("serve-opt", "serve-opt-bf16", "torch", "torch-bf16", "openvino-f32", "openvino")
 Result = dict[str, dict[str, Any]]  # lib -> {"info": ready message, "idle": [ms per round], "load": [ms per round]}
 
 
@@ -89,7 +93,7 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for case, r in rows:
-        e, o, t, x = (ms(r, lib) for lib in LIBS)
+        e, o, t, x = (ms(r, lib) for lib in FP32)
         cells = [fmt_ms(v) for v in (e, o, t, x)] + [ratio(o, t), ratio(o, x), ratio(e, t), case.target]
         lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
     lines += ["", f"GFLOP/s reached (in brackets: % of the higher measured GEMM figure, {_gflops(peak)} GFLOP/s; above "
@@ -98,7 +102,7 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
               "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for case, r in rows:
         flops = _flops(r)
-        cells = [_rate(flops, ms(r, lib), peak) for lib in LIBS]
+        cells = [_rate(flops, ms(r, lib), peak) for lib in FP32]
         gflop = "n/a" if flops is None else f"{flops / 1e9:.3g}"
         lines.append(f"| {case.name} | {gflop} | " + " | ".join(cells) + " |")
     if load:
@@ -108,12 +112,40 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
                   "| serve rise / torch rise (optimized, else eager) |",
                   "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
         for case, r in rows:
-            rises = {lib: _rise(ms(r, lib), ms(r, lib, "load")) for lib in LIBS}
-            cells = [_loaded(ms(r, lib), ms(r, lib, "load")) for lib in LIBS]
+            rises = {lib: _rise(ms(r, lib), ms(r, lib, "load")) for lib in FP32}
+            cells = [_loaded(ms(r, lib), ms(r, lib, "load")) for lib in FP32]
             best = rises["serve-opt"] if rises["serve-opt"] is not None else rises["serve"]
             lines.append(f"| {case.name} | " + " | ".join(cells) + f" | {ratio(best, rises['torch'])} |")
+    if any(ms(r, lib) is not None for _, r in rows for lib in BF16[1:] if lib not in FP32):
+        lines += ["", *bf16_table(rows)]
     lines += ["", *_notes(rows)]
     return "\n".join(lines)
+
+
+def _bf16_layers(result: Result) -> str:
+    """How many of the bf16 plan's product layers (per input shape) chose bf16 kernels: 'bf16 / all'."""
+    counts = result.get("serve-opt-bf16", {}).get("info", {}).get("product_dtypes") or {}
+    return f"{counts.get('bfloat16', 0)} / {sum(counts.values())}" if counts else "n/a"
+
+
+def bf16_table(rows: list[tuple[Case, Result]]) -> list[str]:
+    """serve's plan in fp32 and with dtype=bfloat16 beside PyTorch fp32 / bf16 autocast and OpenVINO f32 / default."""
+    precision = next((r["openvino"]["info"]["precision"] for _, r in rows
+                      if "precision" in r.get("openvino", {}).get("info", {})), "n/a")  # fmt: skip
+    lines = [f"bfloat16, in the same rounds: serve's plan with `dtype=bfloat16` (bf16 products where its timing picks "
+             f"them: layers bf16 / all), PyTorch {_version(rows, 'torch')} eager under torch.autocast(\"cpu\", "
+             f"bfloat16), OpenVINO {_version(rows, 'openvino')} on the ONNX file with INFERENCE_PRECISION_HINT f32 "
+             f"and at its default (here: {precision}).", "",
+             "| model | serve fp32 ms | serve bf16 ms | torch fp32 ms | torch bf16 ms | OpenVINO f32 ms "
+             "| OpenVINO default ms | serve bf16 / serve fp32 | serve bf16 / OpenVINO default "
+             "| serve fp32 / torch fp32 | serve layers bf16 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for case, r in rows:
+        o, ob, t, tb, vf, vd = (ms(r, lib) for lib in BF16)
+        cells = [fmt_ms(v) for v in (o, ob, t, tb, vf, vd)]
+        cells += [ratio(ob, o), ratio(ob, vd), ratio(o, t), _bf16_layers(r)]
+        lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _gflops(value: float | None) -> str:

@@ -7,7 +7,14 @@ line N read from stdin it waits for idle thread pools to park, makes one untimed
 {"ms": median, "min": fastest}. It exits at the end of stdin.
 
 LIB is serve (eager, under no_grad), serve-opt (serve.inference.optimize), torch (eager, inference_mode) or ort
-(ONNX Runtime, CPU provider); gemm-numpy / gemm-torch measure the fp32 GEMM peak instead, and spin busy-loops.
+(ONNX Runtime, CPU provider); serve-opt-bf16 (optimize(..., dtype="bfloat16"): the plan may choose bf16 products
+per layer; its ready message says how many layers did), torch-bf16 (eager under torch.autocast("cpu",
+torch.bfloat16): PyTorch's own mixed precision, float32 weights), openvino (OpenVINO's CPU plugin on the ONNX file
+at its default precision: bf16 where the CPU has AMX, f32 elsewhere; the precision it chose is reported) and
+openvino-f32 (INFERENCE_PRECISION_HINT f32). OpenVINO is bench-only and never a dependency of serve: its workers run
+on the python of a venv of their own, bench/out/openvino/venv (OPENVINO_PYTHON), made with
+`python3 -m venv bench/out/openvino/venv && bench/out/openvino/venv/bin/pip install openvino`; without it their
+columns read n/a. gemm-numpy / gemm-torch measure the fp32 GEMM peak instead, and spin busy-loops.
 """
 
 from __future__ import annotations
@@ -23,12 +30,15 @@ from typing import Any
 import numpy as np
 from runtime_cases import Case, count_flops, first, serve_model
 
-LIBS = ("serve", "serve-opt", "torch", "ort")
+LIBS = ("serve", "serve-opt", "torch", "ort", "serve-opt-bf16", "torch-bf16", "openvino", "openvino-f32")
+OPENVINO_PYTHON = Path(__file__).resolve().parent / "out" / "openvino" / "venv" / "bin" / "python"
 PARK_S = 0.2  # seconds for an idle BLAS/OpenMP pool to stop spinning before a block starts
 GEMM_N = 2048
 
 
-def _serve(case: Case, folder: Path, threads: int, optimized: bool) -> tuple[Callable[[], Any], dict]:
+def _serve(
+    case: Case, folder: Path, threads: int, optimized: bool, dtype: str = "float32"
+) -> tuple[Callable[[], Any], dict]:
     import serve
 
     serve.set_num_threads(threads)
@@ -45,11 +55,13 @@ def _serve(case: Case, folder: Path, threads: int, optimized: bool) -> tuple[Cal
         except ImportError as e:
             return _na(f"serve.inference not importable ({e})")
         try:
-            fn = optimize(model, example_inputs=inputs)
+            fn = optimize(model, example_inputs=inputs, dtype=dtype)
         except Exception as e:  # the bench runs on at every commit: a failing plan is reported, not fatal
             return _na(f"optimize raised {type(e).__name__}: {e}")
         info["optimized"] = bool(getattr(fn, "optimized", False))
         info["reason"] = str(getattr(fn, "reason", "") or "")
+        described = fn.describe()
+        info["products"], info["product_dtypes"] = described["products"], described.get("product_dtypes", {})
 
     def call() -> Any:
         with serve.no_grad():
@@ -58,7 +70,7 @@ def _serve(case: Case, folder: Path, threads: int, optimized: bool) -> tuple[Cal
     return call, info
 
 
-def _torch(case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
+def _torch(case: Case, folder: Path, threads: int, bf16: bool = False) -> tuple[Callable[[], Any], dict]:
     import torch
     from runtime_cases import torch_model
 
@@ -68,10 +80,31 @@ def _torch(case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], d
     inputs = tuple(torch.from_numpy(v) for v in np.load(folder / "inputs.npz").values())
 
     def call() -> Any:
-        with torch.inference_mode():
-            return model(*inputs)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = first(model(*inputs))
+            return out.float() if bf16 else out
 
     return call, {"version": torch.__version__}
+
+
+def _openvino(folder: Path, threads: int, f32: bool) -> tuple[Callable[[], Any], dict]:
+    try:
+        import openvino as ov
+    except ImportError:
+        return _na(f"openvino is not installed in this python ({sys.executable}); bench/runtime.py runs its workers "
+                   f"on {OPENVINO_PYTHON}: python3 -m venv bench/out/openvino/venv && "
+                   "bench/out/openvino/venv/bin/pip install openvino")  # fmt: skip
+    if not (folder / "model.onnx").exists():
+        return _na((folder / "onnx_error.txt").read_text())
+    core = ov.Core()
+    config: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    if f32:
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    compiled = core.compile_model(core.read_model(str(folder / "model.onnx")), "CPU", config)
+    request = compiled.create_infer_request()
+    feeds = dict(np.load(folder / "inputs.npz"))
+    precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    return (lambda: list(request.infer(feeds).values())), {"version": ov.__version__, "precision": precision}
 
 
 def _ort(folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
@@ -99,12 +132,14 @@ def _to_numpy(out: Any) -> np.ndarray:
 
 
 def build(lib: str, case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
-    if lib in ("serve", "serve-opt"):
-        return _serve(case, folder, threads, lib == "serve-opt")
-    if lib == "torch":
-        return _torch(case, folder, threads)
+    if lib in ("serve", "serve-opt", "serve-opt-bf16"):
+        return _serve(case, folder, threads, lib != "serve", "bfloat16" if lib.endswith("bf16") else "float32")
+    if lib in ("torch", "torch-bf16"):
+        return _torch(case, folder, threads, lib == "torch-bf16")
     if lib == "ort":
         return _ort(folder, threads)
+    if lib in ("openvino", "openvino-f32"):
+        return _openvino(folder, threads, lib == "openvino-f32")
     raise SystemExit(f"unknown library {lib!r}; one of {', '.join(LIBS)}")
 
 

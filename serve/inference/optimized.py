@@ -36,6 +36,7 @@ from serve.inference.arena import Arena
 from serve.inference.detections import aligned
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
+from serve.inference.precision import layer_precisions
 from serve.nn.module import Module
 from serve.tensor.grad_mode import is_grad_enabled, no_grad
 from serve.tensor.tensor import Tensor
@@ -196,11 +197,16 @@ class OptimizedModule:
         return [] if self._rewrite is None else list(self._rewrite.fused.values())
 
     def describe(self) -> dict[str, Any]:
-        """JSON-safe: whether it runs optimized, why not, what the passes did and which kernels were chosen."""
+        """JSON-safe: whether it runs optimized, why not, what the passes did and which kernels were chosen; per
+        layer and input shape the kernel and the dtype of its products, with why float32 where bfloat16 was asked
+        for (serve.inference.precision), and how many products run in each dtype."""
+        fused = {} if self._rewrite is None else self._rewrite.fused
+        per_layer = layer_precisions(fused, self.products)
         chosen: dict[str, int] = {}
-        for layer in self.layers():
-            for name in layer.choices.values():
-                chosen[name] = chosen.get(name, 0) + 1
+        dtypes: dict[str, int] = {}
+        for entry in per_layer:
+            chosen[entry["kernel"]] = chosen.get(entry["kernel"], 0) + 1
+            dtypes[entry["dtype"]] = dtypes.get(entry["dtype"], 0) + 1
         nat = kernel_table.native()
         return {
             "optimized": self.optimized,
@@ -210,6 +216,8 @@ class OptimizedModule:
             "kernels": chosen,
             "native": None if nat is None else nat.isa(),
             "products": self.products,
+            "product_dtypes": dtypes,
+            "precision": per_layer,
             "warmed": list(self._warmed),
             "plan_seconds": round(self._plan_s, 3),
             "arena": self.arena.describe(),

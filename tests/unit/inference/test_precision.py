@@ -1,0 +1,91 @@
+"""describe()'s per-layer precision: which dtype each planned product runs in, and why float32 under a bfloat16 plan
+(serve.inference.precision), against the kernels the layers really chose."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import serve
+from serve import nn
+from serve.inference import kernels, optimize
+
+RNG = np.random.default_rng(0)
+
+
+def _model() -> nn.Module:
+    # stem (3 input channels: no bf16 kernel), two middle convolutions, a middle and a last linear layer
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(64, 32, 3, stride=2), nn.ReLU(),
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Linear(64, 10)).eval()  # fmt: skip
+
+
+def _x() -> serve.Tensor:
+    return serve.from_numpy(RNG.standard_normal((2, 3, 16, 16)).astype(np.float32))
+
+
+def _by_layer(opt) -> dict[str, dict]:
+    entries = opt.describe()["precision"]
+    assert len({e["layer"] for e in entries}) == len(entries)  # one input shape each here
+    return {e["layer"]: e for e in entries}
+
+
+def test_float32_plan_lists_every_layer_in_float32_without_reasons():
+    model, x = _model(), _x()
+    with serve.no_grad():
+        opt = optimize(model, (x,))
+    info = opt.describe()
+    layers = _by_layer(opt)
+    assert set(layers) == {"0", "2", "4", "7", "9"}
+    for name, entry in layers.items():
+        assert entry["dtype"] == "float32" and "float32_because" not in entry
+        assert entry["kernel"] == opt.plan[int(name)].choices[next(iter(opt.plan[int(name)].choices))]
+        assert entry["input"][0] == 2 and set(entry["ms"]) >= {entry["kernel"]}  # timed: its kernels' times
+    assert info["product_dtypes"] == {"float32": 5}
+    assert sum(info["kernels"].values()) == 5
+
+
+@pytest.mark.skipif(not kernels.bf16_products(), reason="needs AVX512-BF16 and serve's native kernels")
+def test_bfloat16_plan_says_which_layers_run_bf16_and_why_the_others_do_not():
+    model, x = _model(), _x()
+    bf16 = ("native_nhwc_bf16", "native_bf16")
+    with serve.no_grad():
+        want = model(x)
+        forced = optimize(model, (x,), dtype="bfloat16", tune=False, kernels=bf16)  # untimed: bf16 where offered
+        without = optimize(model, (x,), dtype="bfloat16", kernels=("native_nhwc", "native"))
+        timed = optimize(model, (x,), dtype="bfloat16")
+        for opt in (forced, without, timed):
+            assert opt.optimized, opt.reason
+            got = opt(x).numpy()
+            assert np.abs(got - want.numpy()).max() <= 1e-2 * np.abs(want.numpy()).max()
+
+    layers = _by_layer(forced)
+    assert [layers[n]["dtype"] for n in ("0", "2", "4", "7", "9")] == ["float32", *["bfloat16"] * 3, "float32"]
+    assert "first and last" in layers["0"]["float32_because"] and "first and last" in layers["9"]["float32_because"]
+    assert "ms" not in layers["2"]  # tune=False times nothing
+    assert forced.describe()["product_dtypes"] == {"float32": 2, "bfloat16": 3}
+
+    for name in ("2", "4", "7"):
+        assert _by_layer(without)[name]["dtype"] == "float32"
+        assert "optimize(kernels=...)" in _by_layer(without)[name]["float32_because"]
+
+    for name in ("2", "4", "7"):  # the timing decides; either way describe says it with the two times
+        entry = _by_layer(timed)[name]
+        bf16_name = next(k for k in entry["ms"] if k.endswith("_bf16"))
+        assert entry["dtype"] == ("bfloat16" if entry["kernel"] == bf16_name else "float32")
+        if entry["dtype"] == "float32":
+            assert entry["float32_because"].startswith(f"timed: float32 {entry['kernel']} ")
+            assert f"beat bfloat16 {bf16_name}" in entry["float32_because"]
+            assert entry["ms"][entry["kernel"]] <= entry["ms"][bf16_name]
+
+
+def test_depthwise_layer_says_it_has_no_bfloat16_kernel():
+    if not kernels.bf16_products():
+        pytest.skip("needs AVX512-BF16 and serve's native kernels")
+    model = nn.Sequential(nn.Conv2d(3, 32, 3), nn.Conv2d(32, 32, 3, groups=32), nn.Conv2d(32, 8, 1)).eval()
+    with serve.no_grad():
+        opt = optimize(model, (_x(),), dtype="bfloat16")
+    entry = _by_layer(opt)["1"]
+    assert entry["dtype"] == "float32" and "no bfloat16 kernel" in entry["float32_because"]
