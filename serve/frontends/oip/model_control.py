@@ -33,8 +33,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from serve.errors import InvalidInput, ModelNotFound, ServeError
-from serve.frontends.dataplane import DataPlane
+from serve.errors import InvalidInput, ModelApiDisabled, ModelNotFound, ServeError
+from serve.frontends.dataplane import MODEL_API_DISABLED, DataPlane
 
 SUFFIXES = (".mar", ".tar.gz", ".tgz")
 CONFIG_KEYS = {"max_batch_size", "dynamic_batching"}
@@ -64,6 +64,7 @@ def _model_name(path: Path) -> str | None:
 
 async def load_model(dataplane: DataPlane, name: str, parameters: dict[str, Any] | None = None) -> None:
     """Triton's load (see the module docstring); raises InvalidInput, ModelNotFound or the registry's errors."""
+    _require_model_api(dataplane, f"load '{name}'")
     parameters = dict(parameters or {})
     settings = _override(name, parameters.pop("config", None))
     files = sorted(k for k in parameters if k.startswith("file:"))
@@ -97,10 +98,19 @@ def files_refused(name: str, files: list[str]) -> str:
 
 async def unload_model(dataplane: DataPlane, name: str) -> None:
     """Unregister every version of `name`; ModelNotFound when it is not loaded."""
+    _require_model_api(dataplane, f"unload '{name}'")
     if not _registered(dataplane, name):
         raise ModelNotFound(f"failed to unload '{name}': no model of that name is loaded")
     for entry in dataplane.registry.describe(name, None, True):
         await dataplane.unregister(name, str(entry["modelVersion"]))
+
+
+def _require_model_api(dataplane: DataPlane, what: str) -> None:
+    if not dataplane.settings.enable_model_api:
+        raise ModelApiDisabled(
+            f"{MODEL_API_DISABLED} Model API disabled: cannot {what}. Start the server with "
+            "--enable-model-api (or enable_model_api=true in config.properties) to allow it."
+        )
 
 
 def _registered(dataplane: DataPlane, name: str) -> bool:
