@@ -46,6 +46,7 @@ handler:
 """
 CAPPED = (TS_TEST_YAML.replace("Workers: 2", "Workers: 1").replace("maxNumSequence: 4", "maxNumSequence: 2")
           .replace("sequenceMaxIdleMSec: 5000", "sequenceMaxIdleMSec: 600000"))  # fmt: skip
+CROWD = TS_TEST_YAML.replace("maxNumSequence: 4", "maxNumSequence: 8").replace("5000", "600000")
 IDLE = CAPPED.replace("sequenceMaxIdleMSec: 600000", "sequenceMaxIdleMSec: 300")
 
 
@@ -58,7 +59,8 @@ def served(tmp_path_factory):
     torch.manual_seed(3)
     net = torch_import(src / "model.py").Net()
     torch.save(net.state_dict(), base / "model_cnn.pt")
-    for name, yaml in (("stateful", TS_TEST_YAML), ("capped", CAPPED), ("idle", IDLE), ("phoenix", CAPPED)):
+    models = {"stateful": TS_TEST_YAML, "capped": CAPPED, "idle": IDLE, "phoenix": CAPPED, "crowd": CROWD}
+    for name, yaml in models.items():
         (base / f"{name}.yaml").write_text(yaml)
         archive(store, "--model-name", name, "--version", "1.0", "--model-file", str(src / "model.py"),
                 "--serialized-file", str(base / "model_cnn.pt"),
@@ -66,7 +68,7 @@ def served(tmp_path_factory):
                 "--config-file", str(base / f"{name}.yaml"))  # fmt: skip
     server = ServerProcess(base / "run", store, "--ncs", "--disable-token-auth", "--models",
                            "stateful=stateful.mar", "capped=capped.mar", "idle=idle.mar",
-                           "phoenix=phoenix.mar")  # fmt: skip
+                           "phoenix=phoenix.mar", "crowd=crowd.mar")  # fmt: skip
     server.start()
     try:
         yield server, src
@@ -105,6 +107,24 @@ def test_interleaved_sequences_on_two_workers_are_kept_apart(served):
     assert describe["stateful"] is True and describe["maxNumSequence"] == 4
     assert describe["sequenceMaxIdleMSec"] == 5000 and describe["maxSequenceJobQueueSize"] == 10
     assert len(describe["workers"]) == 2
+
+
+def test_many_concurrent_sequences_each_keep_their_sum(served):
+    """Eight sequences at once on two workers, so both workers are busy and batches hold several sequences: every
+    running sum is right only if each sequence's requests all reach the worker that holds it."""
+    server, _ = served
+    sums: dict[int, list[str]] = {}
+
+    def run(k: int) -> None:
+        sums[k] = [predict(server, "crowd", str(k + i).encode(), **{SEQ: f"crowd-{k}"}).text for i in range(6)]
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    expected = {k: [str(sum(k + j for j in range(i + 1))) for i in range(6)] for k in range(8)}
+    assert sums == expected, server.log()
 
 
 def test_a_request_without_an_id_opens_a_sequence_and_gets_its_id(served):
