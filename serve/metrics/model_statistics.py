@@ -27,6 +27,8 @@ How serve's timings map onto Triton's fields (Triton's meaning from its statisti
 - `inference_count` counts requests executed (Triton counts batch rows: a request of shape [4, ...] is 4 there;
   serve's pool does not see tensor shapes), `execution_count` the batches, `last_inference` is the last batch's
   end in milliseconds since the epoch.
+- Fed by the batch loop of the worker pools (management/batch_statistics.py): a generative model's continuous
+  workers (management/continuous.py) are not counted yet; its version answers zeros.
 - Only the event loop records (the worker pools) and reads (the frontends), so there is no lock. A version's numbers
   go when it is unregistered (Triton's go when it unloads a model).
 """
