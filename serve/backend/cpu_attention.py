@@ -25,8 +25,10 @@ MIN_QUERIES = 4  # a decoder's one new query row: packing k per head costs as mu
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool,
-              scale: float) -> np.ndarray | None:  # fmt: skip
-    """softmax(q @ k^T * scale + mask) @ v over the last two dims, or None where the fused kernel does not apply."""
+              scale: float, out: np.ndarray | None = None) -> np.ndarray | None:  # fmt: skip
+    """softmax(q @ k^T * scale + mask) @ v over the last two dims, or None where the fused kernel does not apply.
+    `out` (q.shape[:-1] + (v's last dim,), float32, contiguous rows, any strides in whole floats) takes the result
+    in place: a (N, heads, L, hd) view of a (N, L, heads * hd) array lets the caller skip the heads' merge copy."""
     fn = cpu_native.attention_kernel()
     if fn is None or not _applies(q, k, v):
         return None
@@ -36,7 +38,11 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
     m4 = _mask4d(mask, is_bool, q.shape[:-2] + (l, s))
     if mask is not None and m4 is None:
         return None
-    out = np.empty(q.shape[:-1] + (ev,), np.float32)
+    if out is None:
+        out = np.empty(q.shape[:-1] + (ev,), np.float32)
+    elif out.dtype != np.float32 or out.shape != q.shape[:-1] + (ev,) or not _applies(out, out, out):
+        raise ValueError(f"attention: out must be float32 {q.shape[:-1] + (ev,)} with rows contiguous, got "
+                         f"{out.dtype} {out.shape} strides {out.strides}")  # fmt: skip
     o4 = _as4d(out)
     strides = [st // 4 for a in (q4, k4, v4, o4) for st in a.strides[:3]]
     strides += [0, 0, 0, 0] if m4 is None else [st // 4 for st in m4.strides]

@@ -116,3 +116,45 @@ def test_pending_output_projection_is_made_by_any_other_reader():
         assert isinstance(out, Pending) and out.is_pending()
         want, _ = model.attn(x, x, x, attn_mask=mask, key_padding_mask=pad, need_weights=False)
         assert_rel_close(out * 1.0, want, 1e-4)  # read plainly: the product runs without the add
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_unmasked_heads_are_written_into_the_output_projections_input(batch_first, monkeypatch):
+    """Without a mask the fused kernel writes each head into its columns of one (N, L, E) / (L, N, E) array (no
+    merge copy): the kernel is called with such an out view, and the answer is eager's."""
+    from serve.backend import cpu_attention
+
+    if cpu_attention.cpu_native.attention_kernel() is None:
+        pytest.skip("no native attention kernel")
+    seen = []
+    real = cpu_attention.attention
+
+    def spy(*args, **kw):
+        seen.append(kw.get("out"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cpu_attention, "attention", spy)
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=batch_first), 2,
+                                  enable_nested_tensor=False)  # fmt: skip
+    x = _x(3, 10, 32) if batch_first else _x(10, 3, 32)
+    _, got, want = _plan(model, x)
+    assert_rel_close(got, want, 1e-4)
+    views = [o for o in seen if o is not None]
+    assert views and all(o.shape == (3, 4, 10, 8) and not o.flags.c_contiguous for o in views)
+    assert all(o.base is not None and o.base.shape == ((3, 10, 32) if batch_first else (10, 3, 32)) for o in views)
+
+
+def test_attention_kernel_out_view_equals_its_own_output():
+    from serve.backend import cpu_attention
+
+    if cpu_attention.cpu_native.attention_kernel() is None:
+        pytest.skip("no native attention kernel")
+    q, k, v = (RNG.standard_normal((2, 3, 9, 8)).astype(np.float32) for _ in range(3))
+    want = cpu_attention.attention(q, k, v, None, False, True, 0.35)
+    merged = np.full((2, 9, 24), np.nan, np.float32)
+    heads = merged.reshape(2, 9, 3, 8).transpose(0, 2, 1, 3)  # (N, heads, L, hd) view of (N, L, E)
+    got = cpu_attention.attention(q, k, v, None, False, True, 0.35, out=heads)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(merged, want.transpose(0, 2, 1, 3).reshape(2, 9, 24))
+    with pytest.raises(ValueError, match="out must be float32"):
+        cpu_attention.attention(q, k, v, None, False, True, 0.35, out=np.empty((2, 3, 9, 7), np.float32))
