@@ -12,6 +12,7 @@ Decisions, and why:
 - RoPE scaling types are transformers' (modeling_rope_utils): linear, dynamic (NTK), yarn, longrope, llama3; an
   `original_max_position_embeddings` at the top of config.json wins over the one in the RoPE parameters (Phi-3
   writes it there, and transformers gives it priority), and Phi-3's old "su"/"yarn" names mean longrope.
+- Gemma 3 with its vision tower (model_type gemma3) is read from its `text_config`: serve generates text only.
 - Gemma 2 and Gemma 3 (text) read into the same type: (1 + weight) norms, GeGLU and pre/post norms are the
   family's structure (gemma.py); what varies by checkpoint is read here: query_pre_attn_scalar, the softcaps, the
   sliding/full layer pattern, and Gemma 3's second RoPE (`local_rope`, rope_local_base_freq) for sliding layers.
@@ -130,11 +131,13 @@ def read_config(folder: Path) -> DecoderConfig:
     """The DecoderConfig of a Hugging Face folder's config.json (model_type one of FAMILIES)."""
     r = _Reader(read_json(folder / "config.json"), "config.json")
     model_type = r.get("model_type", str)
-    if model_type == "gemma3":
-        raise CheckpointError(
-            "config.json: model_type 'gemma3' is Gemma 3 with its vision tower (Gemma3ForConditionalGeneration); "
-            "serve reads the text model, model_type 'gemma3_text' (Gemma3ForCausalLM)"
-        )
+    if model_type == "gemma3":  # with its vision tower: serve runs the text model (gemma.py drops the tower)
+        text = r.get("text_config", dict)
+        merged = {**text, "model_type": "gemma3_text"}
+        if "tie_word_embeddings" in r.data:  # transformers ties the output to the text embedding by the outer flag
+            merged["tie_word_embeddings"] = r.data["tie_word_embeddings"]
+        dtype = text.get("dtype") or r.get("dtype", str, None) or r.get("torch_dtype", str, "float32")
+        return _gemma(_Reader(merged, "config.json text_config"), "gemma3_text", dtype)
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"config.json: model_type '{model_type}' is not a decoder family serve implements "

@@ -1,5 +1,5 @@
-"""Gemma 2 and Gemma 3 (the text model, Gemma3ForCausalLM) from Hugging Face checkpoints: llama.py's decoder with
-Gemma's block, over the same paged KV cache.
+"""Gemma 2 and Gemma 3 (Gemma3ForCausalLM, and the text model of Gemma3ForConditionalGeneration, its vision tower
+left out) from Hugging Face checkpoints: llama.py's decoder with Gemma's block, over the same paged KV cache.
 
 The block (`model.layers.N.` with Llama's projection names) differs from Llama's in what surrounds the products:
     x += post_attention_norm(o_proj(attention(rope(q), rope(k), v)))      over input_norm(x)
@@ -53,6 +53,7 @@ class GemmaDecoder(LlamaDecoder):
     block_type = _GemmaBlock
 
     def __init__(self, config: DecoderConfig, weights: Weights, linear_dtype: str = "float32") -> None:
+        _language_model(weights)
         super().__init__(config, weights, linear_dtype)
         self.norm = self.norm + np.float32(1.0)
         self.local_rope = None if config.local_rope is None else Rope(config.local_rope, config.head_dim)
@@ -77,6 +78,27 @@ class GemmaDecoder(LlamaDecoder):
             cap = np.float32(c.final_logit_softcapping)
             logits = np.tanh(logits / cap) * cap
         return logits
+
+
+_LANGUAGE_MODEL = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                   ("language_model.lm_head.", "lm_head."))  # fmt: skip
+_VISION = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def _language_model(weights: Weights) -> None:
+    """A Gemma 3 checkpoint with its vision tower (Gemma3ForConditionalGeneration) holds the text model under
+    `language_model.model.` (as transformers saves it; `model.language_model.` in its module tree): renamed to the
+    text model's names, and the vision tower and projector dropped (serve generates from text)."""
+    if not any(name.startswith(("language_model.", "model.language_model.")) for name in weights.arrays):
+        return
+    for name in list(weights.arrays):
+        if name.startswith(_VISION):
+            del weights.arrays[name]
+            continue
+        for old, new in _LANGUAGE_MODEL:
+            if name.startswith(old):
+                weights.arrays[new + name[len(old) :]] = weights.arrays.pop(name)
+                break
 
 
 def gelu_and_mul(gate_up: np.ndarray) -> np.ndarray:

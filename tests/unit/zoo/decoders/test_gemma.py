@@ -104,7 +104,28 @@ def test_each_gemma_feature_changes_the_answer_at_these_sizes(name: str, change:
     assert not np.allclose(before, reference_logits(model, ids), atol=1e-3)
 
 
-def test_a_multimodal_gemma3_folder_is_refused_naming_the_text_model(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": SMALL}))
-    with pytest.raises(CheckpointError, match="serve reads the text model, model_type 'gemma3_text'"):
+def test_gemma3_with_its_vision_tower_serves_its_text_model(tmp_path: Path) -> None:
+    """Gemma3ForConditionalGeneration's folder (model_type gemma3, the text model under language_model., a SigLIP
+    tower beside it): the same logits and greedy tokens as transformers' multimodal model on text alone."""
+    # final_logit_softcapping stays unset, as in Google's Gemma 3 files: transformers 5's multimodal class ignores it
+    text = {**SMALL, "num_hidden_layers": 3, "sliding_window": 5, "sliding_window_pattern": 2,
+            "query_pre_attn_scalar": 24, "initializer_range": 0.1}  # fmt: skip
+    vision = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14}  # fmt: skip
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                       image_token_index=397, boi_token_index=395, eoi_token_index=396)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "gemma3"
+    assert read_config(tmp_path).sliding_windows == (5, None, 5)
+    run_and_compare(model, tmp_path)
+
+
+def test_a_gemma3_folder_without_text_config_names_the_key(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3"}))
+    with pytest.raises(CheckpointError, match="the key 'text_config' is missing"):
         read_config(tmp_path)
