@@ -86,6 +86,7 @@ def test_readme_sequence_answers_1_3_6(served):
                for i in (1, 2, 3)]  # fmt: skip
     assert [(r.status_code, r.text) for r in answers] == [(200, "1"), (200, "3"), (200, "6")], server.log()
     assert all(r.headers[SEQ] == "seq_readme" for r in answers)
+    assert predict(server, "stateful", b"0", **{SEQ: "seq_readme", END: "true"}).text == "6"  # ended: room for more
 
 
 def test_interleaved_sequences_on_two_workers_are_kept_apart(served):
@@ -107,6 +108,8 @@ def test_interleaved_sequences_on_two_workers_are_kept_apart(served):
     assert describe["stateful"] is True and describe["maxNumSequence"] == 4
     assert describe["sequenceMaxIdleMSec"] == 5000 and describe["maxSequenceJobQueueSize"] == 10
     assert len(describe["workers"]) == 2
+    for sequence_id, total in (("seq_0", "25"), ("seq_1", "30")):  # ended, so later tests find room under the cap
+        assert predict(server, "stateful", b"0", **{SEQ: sequence_id, END: "true"}).text == total
 
 
 def test_many_concurrent_sequences_each_keep_their_sum(served):
