@@ -89,6 +89,8 @@ class JobQueue:
         if self._jobs:
             fut.set_result(None)
         else:
+            # drop the waits given up (a worker of a stateful model waits on two queues and cancels one each time)
+            self._waiters = [w for w in self._waiters if not w.done()]
             self._waiters.append(fut)
         return fut
 

@@ -71,6 +71,23 @@ def test_waiter_completes_on_put_and_at_once_when_jobs_wait():
     run(scenario())
 
 
+def test_waits_given_up_are_not_kept():
+    """A worker of a stateful model waits on its own queue and the model's and cancels one wait each time: a queue
+    that never gets a job must not keep every wait given up on it (a leak of one future per batch)."""
+
+    async def scenario():
+        q = JobQueue(10)
+        for _ in range(1000):
+            q.waiter().cancel()
+        live = q.waiter()
+        assert len(q._waiters) == 1
+        q.put(job())
+        await asyncio.sleep(0)
+        assert live.done()
+
+    run(scenario())
+
+
 def test_drained_waits_for_answers_and_fail_all_answers_the_queued():
     async def scenario():
         q = JobQueue(10)
