@@ -84,9 +84,9 @@ def test_v2_explain_route_answers_the_same(server: ServerProcess) -> None:
     body = {"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [1], "data": [base64.b64encode(PNG).decode()]}]}
     r = httpx.post(f"{server.inference}/v2/models/digits/explain", json=body, timeout=60)
     assert r.status_code == 200, r.text
-    (output,) = r.json()["outputs"]  # the nested list as a v2 tensor: its shape, its values flattened
-    assert output["shape"] == [1, 32, 32] and output["datatype"] in ("FP32", "FP64"), output["shape"]
-    got = np.array(output["data"]).reshape(output["shape"])
+    (output,) = r.json()["outputs"]  # as TorchServe's kservev2 envelope: named after the input, flattened
+    assert output["name"] == "INPUT0" and output["shape"] == [1024] and output["datatype"] in ("FP32", "FP64")
+    got = np.array(output["data"]).reshape(1, 32, 32)
     np.testing.assert_allclose(got, reference(0), rtol=1e-4, atol=1e-6 * np.abs(got).max())
 
 
