@@ -10,8 +10,9 @@
 #
 # Decisions:
 # - The base is Debian bookworm's own python3 (3.11, like python:3.11-slim) from `debootstrap --variant=minbase`
-#   plus python3-venv, apt's caches and lists dropped, imported with `podman import`: public registries cannot be
-#   pulled here. Both Dockerfile stages take it through BUILDER_IMAGE and BASE_IMAGE; it is reused while it exists.
+#   plus python3-venv, without apt's caches and lists, manuals and translations (as debian:bookworm-slim), imported
+#   with `podman import`: public registries cannot be pulled here. Both Dockerfile stages take it through
+#   BUILDER_IMAGE and BASE_IMAGE; it is reused while it exists (--rebuild-base makes it again).
 # - podman is probed before use: on sandboxes whose kernel has a hybrid cgroup v1/v2 layout crun refuses to start any
 #   container ("cgroups in hybrid mode not supported") and without CAP_SYS_RESOURCE podman's default rlimits
 #   (nofile, nproc 1048576) cannot be set; runc with explicit --ulimit values then works. The first of the flag
@@ -38,7 +39,10 @@ for arg in "$@"; do
     esac
 done
 for tool in podman debootstrap; do
-    command -v "$tool" >/dev/null || { echo "build_local.sh: $tool is missing (apt-get install podman debootstrap runc)" >&2; exit 2; }
+    if ! command -v "$tool" >/dev/null; then
+        echo "build_local.sh: $tool is missing (apt-get install podman debootstrap runc)" >&2
+        exit 2
+    fi
 done
 [ -x "$PYTHON" ] || { echo "build_local.sh: no $PYTHON (run make test or set SERVE_PYTHON)" >&2; exit 2; }
 mkdir -p "$WORK"
@@ -51,6 +55,16 @@ if [ "$rebuild_base" = 1 ] || ! podman image exists "$BASE"; then
     rm -rf "$rootfs"
     nice -n 10 debootstrap --variant=minbase --include=python3,python3-venv bookworm "$rootfs" "$MIRROR" \
         >"$WORK/debootstrap.log" 2>&1 || { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
+    # slim as debian:bookworm-slim is: no manuals, docs (copyright kept) or translations, now or in later installs
+    cat >"$rootfs/etc/dpkg/dpkg.cfg.d/serve-slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+EOF
+    find "$rootfs/usr/share/doc" -type f ! -name copyright -delete
+    rm -rf "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/*
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
     tar -C "$rootfs" --numeric-owner -c . | podman import --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null
     rm -rf "$rootfs"
@@ -96,7 +110,8 @@ if [ "$build" = 1 ]; then
 fi
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 base_size=$(podman image inspect --format '{{.Size}}' "$BASE")
-echo "image size: $IMAGE $((size / 1000000)) MB ($((size / 1048576)) MiB), of which the base $((base_size / 1048576)) MiB"
+echo "image size: $IMAGE $((size / 1000000)) MB ($((size / 1048576)) MiB)," \
+    "of which the base $((base_size / 1048576)) MiB"
 
 # ---- 4. the example models, then run the image and drive it ----
 step "example archives"
