@@ -150,6 +150,8 @@ class SequenceRouter:
             start = True
         elif seq.ended and not start:
             raise InvalidInput(self._closed_message(sequence_id, "ended"))
+        elif start:  # restarted: its state starts again, in whichever process its worker runs now
+            seq.generation, seq.opened = None, time.monotonic()
         if len(seq.backlog) >= self.settings.max_job_queue and seq.running is not None:
             raise QueueFull(f"{self._no_worker()} Sequence {sequence_id} already has "
                             f"{len(seq.backlog)} requests waiting (maxSequenceJobQueueSize="

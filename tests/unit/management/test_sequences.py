@@ -4,6 +4,7 @@ time in order, the cap and backlog 503s, closed and expired ids, Triton's start 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -171,7 +172,12 @@ def test_a_sequence_whose_worker_restarted_is_closed_with_a_503():
         answer(slot.queue)
         await asyncio.sleep(0)
         assert r.open["s"].generation == 1  # the process that answered its first request
-        slot.generation = 2  # that process died and the slot started another
+        slot.generation = 2  # that process died and the slot started another: a restart of s is fine
+        r.submit(job(**{SEQUENCE_ID: "s", SEQUENCE_START: "true"}))
+        answer(slot.queue)
+        await asyncio.sleep(0)
+        assert r.open["s"].generation == 2
+        slot.generation = 3
         after = job(**{SEQUENCE_ID: "s"})
         r.submit(after)
         with pytest.raises(ModelNotReady, match="was restarted"):
@@ -200,5 +206,9 @@ def test_a_sequence_older_than_sequence_timeout_is_closed():
         r.open["t"].opened -= 2  # older than the timeout while a request is asked for
         with pytest.raises(InvalidInput, match=r"timed out \(sequenceTimeoutMSec=1000\)"):
             r.submit(job(**{SEQUENCE_ID: "t"}))
+        r.submit(job(**{SEQUENCE_ID: "v"}))
+        r.open["v"].opened -= 2
+        r.submit(job(**{SEQUENCE_ID: "v", SEQUENCE_START: "true"}))  # a restart starts its time again
+        assert not r._timed_out(r.open["v"], time.monotonic())
 
     asyncio.run(scenario())
