@@ -66,9 +66,24 @@ def test_gemm_every_row_block_and_edge_panel(build, m):
 
 
 @pytest.mark.skipif(not BUILDS, reason="no native kernel build for this CPU")
-def test_gemm_writes_only_its_columns_of_a_wider_output(build):
+@pytest.mark.parametrize("m", [16, 17, 40])
+def test_prefill_rows_widen_panel_groups_for_the_fp32_kernel(build, m):
+    """Past 16 rows the panels are widened in groups of at most 256 KiB (here one panel each: K=2100) and the fp32
+    kernel multiplies: the same product, epilogue included, across group boundaries and the edge panel."""
+    rng = np.random.default_rng(m)
+    k, n = 2100, 101
+    a, w, bias, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, n), _rand(rng, m, n)
+    qw = cpu_int8.quantize_weight(w)
+    deq = cpu_int8.dequantize(qw).astype(np.float64)
+    assert _err(cpu_int8.gemm(a, qw, bias, residual=res), a @ deq + bias + res) <= 1e-5
+    assert _err(cpu_int8.gemm(a, qw, bias, act="gelu_tanh"), _act(a @ deq + bias, "gelu_tanh")) <= 1e-5
+
+
+@pytest.mark.skipif(not BUILDS, reason="no native kernel build for this CPU")
+@pytest.mark.parametrize("m", [5, 20])  # the register kernel, and panels widened for the fp32 one
+def test_gemm_writes_only_its_columns_of_a_wider_output(build, m):
     rng = np.random.default_rng(3)
-    m, k, n = 5, 40, 100
+    k, n = 40, 100
     a, w, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, m, n + 7)
     qw = cpu_int8.quantize_weight(w[:, 64:])  # a lane's columns 64..100
     out = np.full((m, n + 7), np.nan, np.float32)
