@@ -153,8 +153,9 @@ for _prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{mo
 
 
 async def unknown(request: Request) -> Response:
-    """Any other `/v2/...` path: 404 in the v2 error body, which tritonclient reads (Triton-only extensions such as
-    `/stats`, shared memory and repository load/unload are not served here); a v2 path with another method: 405."""
+    """Any other `/v2/...` path: 404 in the v2 error body, which tritonclient reads (Triton's shared memory, trace and
+    logging are not served; /stats and repository load/unload are routers/triton.py's); a v2 path with another
+    method: 405."""
     allowed = allowed_methods(request, catch_all=False)
     if allowed:  # a v2 route with another method: 405 with Allow, as for any other path
         message = f"method {request.method} is not allowed on {shown(request.url.path)}: use {', '.join(allowed)}"
