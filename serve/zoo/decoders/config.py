@@ -13,7 +13,7 @@ Decisions, and why:
   `original_max_position_embeddings` at the top of config.json wins over the one in the RoPE parameters (Phi-3
   writes it there, and transformers gives it priority), and Phi-3's old "su"/"yarn" names mean longrope.
 - Gemma 3 with its vision tower (model_type gemma3) is read from its `text_config`: serve generates text only.
-- Gemma 2 and Gemma 3 (text) read into the same type: (1 + weight) norms, GeGLU and pre/post norms are the
+- Gemma (1), Gemma 2 and Gemma 3 (text) read into the same type: (1 + weight) norms, GeGLU and pre/post norms are the
   family's structure (gemma.py); what varies by checkpoint is read here: query_pre_attn_scalar, the softcaps, the
   sliding/full layer pattern, and Gemma 3's second RoPE (`local_rope`, rope_local_base_freq) for sliding layers.
 - Every problem is a CheckpointError naming the file and the key (the server answers it at registration as the
@@ -32,7 +32,7 @@ from serve.errors import CheckpointError
 __all__ = ["DecoderConfig", "RopeConfig", "read_config", "read_json"]
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-GEMMA = ("gemma2", "gemma3_text")
+GEMMA = ("gemma", "gemma2", "gemma3_text")
 FAMILIES = ("gpt2", *LLAMA_LIKE, *GEMMA)
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 
@@ -262,8 +262,8 @@ def _factor_list(p: _Reader, key: str, length: int) -> tuple[float, ...]:
 
 
 def _gemma(r: _Reader, model_type: str, dtype: str) -> DecoderConfig:
-    """Gemma 2 (gemma2) and Gemma 3's text model (gemma3_text), with transformers' defaults for absent keys."""
-    gemma3 = model_type == "gemma3_text"
+    """Gemma (1), Gemma 2 and Gemma 3's text model (gemma3_text), with transformers' defaults for absent keys."""
+    gemma1, gemma3 = model_type == "gemma", model_type == "gemma3_text"
     hidden, heads = r.positive("hidden_size"), r.positive("num_attention_heads")
     kv_heads = r.positive("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -272,12 +272,14 @@ def _gemma(r: _Reader, model_type: str, dtype: str) -> DecoderConfig:
         )
     head_dim = r.positive("head_dim", 256)
     act = r.get("hidden_activation", str, None) or r.get("hidden_act", str, "gelu_pytorch_tanh")
+    if gemma1 and act == "gelu":  # Google's first files say "gelu" and mean the tanh form, as transformers reads it
+        act = "gelu_pytorch_tanh"
     if act not in ("gelu_pytorch_tanh", "gelu_new"):
         raise CheckpointError(f"config.json: hidden_activation '{act}' is not supported (gelu_pytorch_tanh)")
     if r.get("use_bidirectional_attention", bool, False):
         raise CheckpointError("config.json: use_bidirectional_attention is not supported (serve generates causally)")
     layers = r.positive("num_hidden_layers")
-    types = r.get("layer_types", list, None)
+    types = ["full_attention"] * layers if gemma1 else r.get("layer_types", list, None)
     if types is None:  # transformers' pattern: every n-th layer (n = 2 for Gemma 2, 6 for Gemma 3) is full
         every = r.positive("sliding_window_pattern", 6) if gemma3 else 2
         types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
@@ -294,10 +296,10 @@ def _gemma(r: _Reader, model_type: str, dtype: str) -> DecoderConfig:
         norm_eps=r.get("rms_norm_eps", float, 1e-6), tie_word_embeddings=r.get("tie_word_embeddings", bool, True),
         hidden_act=act, attention_bias=r.get("attention_bias", bool, False), qk_norm=gemma3,
         sliding_windows=tuple(window if t == "sliding_attention" else None for t in types), rope=rope, dtype=dtype,
-        query_pre_attn_scalar=r.get("query_pre_attn_scalar", float, 256.0),
+        query_pre_attn_scalar=None if gemma1 else r.get("query_pre_attn_scalar", float, 256.0),
         # transformers' Gemma 3 attention does not softcap its scores whatever the config says; Gemma 2's does
-        attn_logit_softcapping=None if gemma3 else _nullable(r, "attn_logit_softcapping", 50.0),
-        final_logit_softcapping=_nullable(r, "final_logit_softcapping", None if gemma3 else 30.0),
+        attn_logit_softcapping=None if gemma1 or gemma3 else _nullable(r, "attn_logit_softcapping", 50.0),
+        final_logit_softcapping=None if gemma1 else _nullable(r, "final_logit_softcapping", None if gemma3 else 30.0),
         local_rope=local_rope,
     )  # fmt: skip
 

@@ -1,7 +1,8 @@
 """Gemma 2 and Gemma 3 (Gemma3ForCausalLM, and the text model of Gemma3ForConditionalGeneration, its vision tower
 left out) from Hugging Face checkpoints: llama.py's decoder with Gemma's block, over the same paged KV cache.
 
-The block (`model.layers.N.` with Llama's projection names) differs from Llama's in what surrounds the products:
+Gemma (1) is Llama's block with Gemma's (1 + weight) norms, GeGLU and embedding scale. Gemma 2 and 3's block
+(`model.layers.N.` with Llama's projection names) differs from Llama's in what surrounds the products:
     x += post_attention_norm(o_proj(attention(rope(q), rope(k), v)))      over input_norm(x)
     x += post_feedforward_norm(down(gelu_tanh(gate) * up))                 over pre_feedforward_norm(x)
 - RMSNorm scales by (1 + weight) (the stored weight is an offset from 1); Gemma 3 also norms each head of q and k
@@ -40,8 +41,9 @@ class _GemmaBlock(_Block):
     def __init__(self, c: DecoderConfig, w: Weights, i: int, linear_dtype: str) -> None:
         super().__init__(c, w, i, linear_dtype)
         p, h, one = f"model.layers.{i}.", c.hidden_size, np.float32(1.0)
-        self.pre_ff_norm = w.take(p + "pre_feedforward_layernorm.weight", (h,), np.dtype(np.float32)) + one
-        self.post_ff_norm = w.take(p + "post_feedforward_layernorm.weight", (h,), np.dtype(np.float32)) + one
+        if c.model_type != "gemma":  # Gemma 2 and 3 norm both sides of each sub-layer
+            self.pre_ff_norm = w.take(p + "pre_feedforward_layernorm.weight", (h,), np.dtype(np.float32)) + one
+            self.post_ff_norm = w.take(p + "post_feedforward_layernorm.weight", (h,), np.dtype(np.float32)) + one
         self.input_norm, self.post_norm = self.input_norm + one, self.post_norm + one  # (1 + weight), once
         if c.qk_norm:
             self.q_norm, self.k_norm = self.q_norm + one, self.k_norm + one
@@ -68,6 +70,10 @@ class GemmaDecoder(LlamaDecoder):
         for layer, b in enumerate(self.blocks):
             assert isinstance(b, _GemmaBlock)
             cos, sin = full if b.window is None else local
+            if c.model_type == "gemma":  # Gemma (1): Llama's pre-norm block (post_norm is the MLP's input norm)
+                x = self._attention(b, rms_norm(x, b.input_norm, c.norm_eps), cos, sin, layer, batch, cache, x)
+                x = b.down(gelu_and_mul(b.gate_up(rms_norm(x, b.post_norm, c.norm_eps))), residual=x)
+                continue
             a = self._attention(b, rms_norm(x, b.input_norm, c.norm_eps), cos, sin, layer, batch, cache)
             x = x + rms_norm(a, b.post_norm, c.norm_eps)
             m = b.down(gelu_and_mul(b.gate_up(rms_norm(x, b.pre_ff_norm, c.norm_eps))))

@@ -54,6 +54,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
         rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5, short_factor=[1.0, 1.5, 2.0, 4.0],
         long_factor=[2.0, 3.0, 5.0, 9.0]))),  # every prompt here is longer than 4 tokens: the long factors
     # Gemma: head_dim 32 is not hidden/heads; the softcaps small enough to bite at these scales
+    "gemma": ("GemmaConfig", dict(COMMON, head_dim=32)),
     "gemma2": ("Gemma2Config", dict(COMMON, num_hidden_layers=3, head_dim=32, query_pre_attn_scalar=24,
                                     sliding_window=5, attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
     "gemma3": ("Gemma3TextConfig", dict(COMMON, num_hidden_layers=3, head_dim=32, query_pre_attn_scalar=24,

@@ -51,6 +51,14 @@ def test_older_config_files_read_as_transformers_reads_them(config: dict[str, An
         assert _rope_of(ours.rope) == {k: ref.rope_parameters[k] for k in ("rope_type", "rope_theta")}
 
 
+def test_gemma1s_first_files_say_gelu_and_mean_the_tanh_form(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**SMALL, "model_type": "gemma", "num_hidden_layers": 2,
+                                                      "hidden_act": "gelu"}))  # fmt: skip
+    ref, ours = transformers.AutoConfig.from_pretrained(tmp_path), read_config(tmp_path)
+    assert ours.hidden_act == ref.hidden_act == "gelu_pytorch_tanh"
+    assert ours.sliding_windows == (None, None) and ours.query_pre_attn_scalar is None  # 1/sqrt(head_dim)
+
+
 def test_a_model_with_an_older_gemma3_config_matches_transformers(tmp_path: Path) -> None:
     """The legacy file's two RoPE bases and its layer pattern, through a whole model."""
     (tmp_path / "config.json").write_text(json.dumps(OLD_GEMMA3))
