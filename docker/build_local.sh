@@ -14,9 +14,9 @@
 #   with `podman import`: public registries cannot be pulled here. Both Dockerfile stages take it through
 #   BUILDER_IMAGE and BASE_IMAGE; it is reused while it exists (--rebuild-base makes it again).
 # - podman is probed before use: on sandboxes whose kernel has a hybrid cgroup v1/v2 layout crun refuses to start any
-#   container ("cgroups in hybrid mode not supported") and without CAP_SYS_RESOURCE podman's default rlimits
-#   (nofile, nproc 1048576) cannot be set; runc with explicit --ulimit values then works. The first of the flag
-#   sets below that runs `true` in the base is used for the build and the run, and printed.
+#   container ("cgroups in hybrid mode not supported"), and without CAP_SYS_RESOURCE podman's default rlimits
+#   (nofile 1048576, above the hard limit) cannot be set; runc with explicit --ulimit values then works. The first flag
+#   set below that runs `true` in the base is used for the build and the run, and printed.
 # - The image is built with `--format docker` (OCI images drop HEALTHCHECK) and `--network host` (its RUN steps reach
 #   the Debian mirror and PyPI without podman's bridge), at nice 10: the machine is shared. Where an egress proxy
 #   re-signs TLS, the host's CA bundle is mounted for the RUN steps (never copied into a layer).
@@ -74,7 +74,12 @@ fi
 step "probing podman"
 hard_nofile=$(ulimit -Hn)
 [ "$hard_nofile" = unlimited ] && hard_nofile=1048576
-ulimits="--ulimit nofile=$hard_nofile:$hard_nofile --ulimit nproc=32768:32768"
+# nproc: the shell's hard limit, capped at the kernel's pid_max (here runc's setrlimit was refused above it: 32768,
+# with a hard limit of 96364); no more processes than that can exist anyway
+nproc=$(ulimit -Hu)
+pid_max=$(cat /proc/sys/kernel/pid_max)
+if [ "$nproc" = unlimited ] || [ "$nproc" -gt "$pid_max" ]; then nproc=$pid_max; fi
+ulimits="--ulimit nofile=$hard_nofile:$hard_nofile --ulimit nproc=$nproc:$nproc"
 chosen=""
 for flags in "||" "|$ulimits|" "--runtime runc|$ulimits|"; do   # global flags | run/build flags
     IFS='|' read -r global runflags _ <<<"$flags"
