@@ -428,3 +428,16 @@ def test_clamp_gradient_to_tensor_bounds():
             grads.append([t.grad for t in (xt, lo, hi) if t is not None])
         for g, r in zip(*grads):
             assert_close(g, r)
+
+
+@needs_torch
+@pytest.mark.parametrize("exponent", [3, 3.0])
+def test_a_cube_is_torch_s_bit_for_bit_and_differentiable(exponent):
+    """pow(x, 3) is computed as (x * x) * x, as torch's CPU kernel does (numpy's power calls libm per element: GPT-2's
+    gelu_new spent half its forward there); the values equal torch's exactly, the gradient is 3x^2."""
+    x = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32)
+    got, want = serve.pow(serve.from_numpy(x), exponent), torch.pow(torch.from_numpy(x), exponent)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    t = serve.from_numpy(x).requires_grad_()
+    serve.pow(t, exponent).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), 3 * x * x, rtol=1e-6)
