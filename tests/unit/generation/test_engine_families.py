@@ -28,7 +28,7 @@ class IdsTokenizer:
         return f"<{token_id}>"
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "qwen3", "gemma2", "gemma3"])
 def test_greedy_tokens_equal_transformers_generate_under_batching_chunking_and_preemption(
     family: str, tmp_path: Path
 ) -> None:
