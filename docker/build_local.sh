@@ -4,6 +4,7 @@
 #   docker/build_local.sh                 # base image (once), serve's image, run + drive (docker/drive_image.py)
 #   docker/build_local.sh --rebuild-base  # debootstrap the base again
 #   docker/build_local.sh --no-build      # drive the image already built
+#   docker/build_local.sh --no-build --model-store=DIR   # ... serving DIR's archives instead of the examples'
 #
 # Needs root, podman, debootstrap (Debian: apt-get install podman buildah debootstrap runc), a Debian mirror and PyPI
 # (the image's pip installs), and the checkout's .venv (examples/build_model_store.py and the driver run there).
@@ -30,12 +31,13 @@ BASE=${SERVE_BASE_IMAGE:-localhost/serve-base:bookworm}
 IMAGE=${SERVE_IMAGE:-localhost/serve:local}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PYTHON=${SERVE_PYTHON:-$ROOT/.venv/bin/python}
-rebuild_base=0 build=1
+rebuild_base=0 build=1 store=""
 for arg in "$@"; do
     case "$arg" in
     --rebuild-base) rebuild_base=1 ;;
     --no-build) build=0 ;;
-    *) echo "usage: $0 [--rebuild-base] [--no-build]" >&2; exit 2 ;;
+    --model-store=*) store=${arg#--model-store=} ;;
+    *) echo "usage: $0 [--rebuild-base] [--no-build] [--model-store=DIR]" >&2; exit 2 ;;
     esac
 done
 for tool in podman debootstrap; do
@@ -119,8 +121,11 @@ echo "image size: $IMAGE $((size / 1000000)) MB ($((size / 1048576)) MiB)," \
     "of which the base $((base_size / 1048576)) MiB"
 
 # ---- 4. the example models, then run the image and drive it ----
-step "example archives"
-"$PYTHON" "$ROOT/examples/build_model_store.py" --model-store "$WORK/model_store" --build-dir "$WORK/examples"
+if [ -z "$store" ]; then
+    step "example archives"
+    store="$WORK/model_store"
+    "$PYTHON" "$ROOT/examples/build_model_store.py" --model-store "$store" --build-dir "$WORK/examples"
+fi
 step "running and driving $IMAGE"
-"$PYTHON" "$ROOT/docker/drive_image.py" --image "$IMAGE" --model-store "$WORK/model_store"
+"$PYTHON" "$ROOT/docker/drive_image.py" --image "$IMAGE" --model-store "$store"
 echo "build_local.sh: all checks passed"

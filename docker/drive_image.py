@@ -240,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         figures = {"cold_start_s": round(cold, 2), "cold_start_digits_s": round(median, 2),
                    "stop_s": round(seconds, 2), "exit_code": code}  # fmt: skip
         print(json.dumps(figures))
-    except AssertionError as e:
-        print(f"FAILED: {e}\n--- container log ---\n{logs(args.name)}", file=sys.stderr)
+    except (AssertionError, ValueError, KeyError, TypeError, OSError, subprocess.TimeoutExpired) as e:
+        # a wrong answer, an unparsable or missing body, a refused connection, a podman call that hung
+        print(f"FAILED: {type(e).__name__}: {e}\n--- container log ---\n{logs(args.name)}", file=sys.stderr)
         return 1
     finally:
         if not stopped:

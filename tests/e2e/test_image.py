@@ -53,3 +53,19 @@ def test_build_run_and_drive_the_image() -> None:
     for check in ("digits: the held-out sample is a 7", "minilm: the 384-d embedding equals", "tinychat:",
                   "gRPC: grpc.health.v1 Check is SERVING", "gRPC: Predictions on digits", "SIGTERM:"):  # fmt: skip
         assert f"ok  {check}" in out, check
+
+
+@pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+def test_a_wrong_answer_fails_the_script(tmp_path: Path) -> None:
+    """The drive checks answers, not only statuses: with no archives in the store, /ping is 200 and digits is 404."""
+    if subprocess.run(["podman", "image", "exists", "localhost/serve:local"], timeout=120).returncode != 0:
+        pytest.skip("no localhost/serve:local image (test_build_run_and_drive_the_image builds it)")
+    store = tmp_path / "store"
+    store.mkdir()
+    store.chmod(0o755)  # the container's user (UID 1000) lists it
+    cmd = ["bash", str(SCRIPT), "--no-build", f"--model-store={store}"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-6000:]
+    assert "FAILED: AssertionError: digits: the held-out sample is a 7" in out and "Model not found" in out
+    assert "all checks passed" not in out
