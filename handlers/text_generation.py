@@ -85,9 +85,10 @@ class TextGenerationHandler(BaseHandler):
                     engine.max_model_len, engine.stats()["num_blocks"], config.block_size)  # fmt: skip
 
     def load_model(self, context: Context) -> Any:
-        quantization = self.handler_config.get("quantization")
+        quantization, max_len = self.handler_config.get("quantization"), self.handler_config.get("max_model_len")
         return load_pretrained(self.model_dir, dtype=str(self.handler_config.get("dtype", "auto")),
-                               quantization=None if quantization is None else str(quantization))  # fmt: skip
+                               quantization=None if quantization is None else str(quantization),
+                               max_model_len=max_len if isinstance(max_len, int) else None)  # fmt: skip
 
     def convert_model(self, model: Any) -> Any:
         return model  # the decoder loads in its dtype (model-config handler.dtype)

@@ -55,6 +55,7 @@ class RopeConfig:
     truncate: bool = True  # yarn: the ramp bounds rounded outwards to whole dims
     short_factor: tuple[float, ...] = ()  # longrope: per frequency, up to original_max_position_embeddings
     long_factor: tuple[float, ...] = ()  # longrope: beyond it
+    max_model_len: int | None = None  # the engine's bound on a sequence, when given at load (longrope's choice)
 
 
 @dataclass(frozen=True)

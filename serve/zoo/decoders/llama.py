@@ -71,7 +71,7 @@ class LlamaDecoder:
         self.rope = Rope(c.rope, c.head_dim)
         self.spec = DecoderSpec(
             c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype,
-            prefix_caching=c.rope.rope_type not in ("dynamic", "longrope"),  # their keys depend on the length
+            prefix_caching=c.rope.rope_type != "dynamic",  # its keys depend on the sequence's length (rope.py)
         )  # fmt: skip
         embed = weights.take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), dtype)
         self.blocks = [self.block_type(c, weights, i, linear_dtype) for i in range(c.num_layers)]

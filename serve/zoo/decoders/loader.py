@@ -14,10 +14,13 @@ Decisions, and why:
   from whatever the checkpoint holds (serve.backend.cpu_int8: per-column scales, fp32 activations): a quarter of
   fp32's bytes per token. It replaces dtype for the products; the rest stays float32, as above. Opt-in, since the
   logits move (about 1% of their range on a trained model) where fp32 keeps torch's numbers.
+- `max_model_len` (the engine's bound, when the model-config sets one) reaches the RoPE: longrope takes its short
+  factors when no sequence can outgrow the original context (rope.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from serve.backend import cpu_native
@@ -34,7 +37,9 @@ DTYPES = ("auto", "float32", "bfloat16")
 QUANTIZATIONS = (None, "int8")
 
 
-def load_pretrained(folder: str | Path, dtype: str = "float32", quantization: str | None = None) -> Decoder:
+def load_pretrained(
+    folder: str | Path, dtype: str = "float32", quantization: str | None = None, max_model_len: int | None = None
+) -> Decoder:
     """The decoder of a Hugging Face folder (config.json + model.safetensors or its sharded index)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype '{dtype}' is not supported for decoders yet; use one of {', '.join(DTYPES)}")
@@ -44,6 +49,9 @@ def load_pretrained(folder: str | Path, dtype: str = "float32", quantization: st
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory (expected a Hugging Face model folder)")
     config = read_config(path)
+    if max_model_len is not None and config.rope is not None:
+        local = config.local_rope and replace(config.local_rope, max_model_len=max_model_len)
+        config = replace(config, rope=replace(config.rope, max_model_len=max_model_len), local_rope=local)
     if dtype == "auto":
         dtype = auto_dtype(config.dtype)
     if quantization == "int8":

@@ -16,17 +16,19 @@ Decisions, and why:
   and sin scaled by the attention factor, 0.1 ln(factor) + 1 unless given); "longrope" (Phi-3: each frequency
   divided by its short or long factor, cos and sin scaled by sqrt(1 + ln(factor) / ln(original context)));
   "dynamic" (NTK: the base grows with the sequence's length beyond max_position_embeddings).
-- dynamic and longrope depend on the sequence's length, as transformers computes them per forward call from the
-  call's largest position: here per sequence of the step (its `context_lens`, the length it reaches), so a
-  sequence's rows rotate alike whatever else is in the batch. For dynamic, transformers rotates a cached key with
-  the frequencies of the call that computed it and so does the paged cache; a prompt chunked over steps rotates
-  each chunk with its own step's length (transformers' prefill rotates all of it with the prompt's length).
-- longrope: a sequence within original_max_position_embeddings rotates with the short factors, one beyond it with
-  the long ones, exactly as transformers does for it. One that grows past it while decoding keeps the keys it
-  cached (the long factors from then on): transformers' Phi-3 generate recomputes its whole cache there, which a
-  step of the paged engine cannot do (it has only the new tokens); vLLM instead takes the long factors for every
-  sequence once max_model_len exceeds the original context. A cached key's rotation depends on its sequence's
-  length under dynamic and longrope, so their decoders say `prefix_caching = False` (step.py).
+- dynamic depends on the sequence's length, as transformers computes it per forward call from the call's largest
+  position: here per sequence of the step (its `context_lens`, the length it reaches), so a sequence's rows rotate
+  alike whatever else is in the batch. transformers rotates a cached key with the frequencies of the call that
+  computed it and so does the paged cache; a prompt chunked over steps rotates each chunk with its own step's
+  length (transformers' prefill rotates all of it with the prompt's length). A cached key's rotation depends on
+  its sequence's length, so such a decoder says `prefix_caching = False` (step.py).
+- longrope: the short or the long factors for every sequence, chosen once: the long ones when the sequences may
+  grow past original_max_position_embeddings (`max_model_len`, else max_position_embeddings, beyond it), vLLM's
+  rule. transformers picks per forward call by the sequence's length and, in Phi-3's generate, recomputes the
+  whole cache when a sequence crosses; the paged engine cannot (a step has only the new tokens, prompts are
+  chunked), and keys of both kinds in one sequence make it babble (vLLM's per-batch switch did: its PR 27431).
+  So a sequence is exactly transformers' when both pick the same factors: any sequence beyond the original
+  context, and every sequence when max_model_len stays within it.
 """
 
 from __future__ import annotations
@@ -47,11 +49,10 @@ class Rope:
         self.rotary_dim = int(head_dim * config.partial_rotary_factor)
         self.inv_freq = inverse_frequencies(config, self.rotary_dim)  # (rotary_dim/2,) float32
         self.scaling = attention_factor(config)  # cos and sin are multiplied by it (yarn, longrope)
-        self.long_inv_freq = _longrope(config, self.rotary_dim, config.long_factor) if config.long_factor else None
 
     def cos_sin(self, positions: np.ndarray, seq_lens: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin of the step's rows, (T, 1, rotary_dim/2) each, to broadcast over heads. `seq_lens` (T,) is
-        the length each row's sequence reaches in the step (dynamic and longrope depend on it)."""
+        the length each row's sequence reaches in the step (dynamic depends on it)."""
         inv_freq = self._row_frequencies(seq_lens)  # (rotary_dim/2,) or (T, rotary_dim/2)
         angles = positions.astype(np.float32)[:, None] * inv_freq  # (T, rotary_dim/2)
         cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
@@ -62,17 +63,14 @@ class Rope:
     def for_step(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
         """cos_sin of the step's rows, each row's sequence length from the batch when the variant needs it."""
         lens = None
-        if self.config.rope_type in ("dynamic", "longrope"):
+        if self.config.rope_type == "dynamic":
             lens = np.repeat(batch.context_lens, np.diff(batch.query_starts))  # (T,): the length of each row's sequence
         return self.cos_sin(batch.positions, lens)
 
     def _row_frequencies(self, seq_lens: np.ndarray | None) -> np.ndarray:
         c = self.config
-        if seq_lens is None or c.rope_type not in ("dynamic", "longrope"):
+        if seq_lens is None or c.rope_type != "dynamic":
             return self.inv_freq[None, :]
-        if self.long_inv_freq is not None:  # longrope
-            long = (seq_lens > c.original_max_position_embeddings)[:, None]  # (T, 1)
-            return np.where(long, self.long_inv_freq, self.inv_freq[None, :])
         grown = seq_lens > c.max_position_embeddings
         if not grown.any():
             return self.inv_freq[None, :]
@@ -89,8 +87,8 @@ class Rope:
 
 
 def inverse_frequencies(config: RopeConfig, dim: int) -> np.ndarray:
-    """The variant's frequencies, (dim/2,) float32; dynamic's and longrope's for a sequence within the original
-    context (Rope.cos_sin picks others per sequence)."""
+    """The variant's frequencies, (dim/2,) float32; dynamic's for a sequence within max_position_embeddings
+    (Rope.cos_sin grows them per sequence beyond it)."""
     inv_freq = _default(config.theta, dim)
     if config.rope_type == "linear":
         return (inv_freq / np.float32(config.factor)).astype(np.float32)
@@ -99,8 +97,13 @@ def inverse_frequencies(config: RopeConfig, dim: int) -> np.ndarray:
     if config.rope_type == "yarn":
         return _yarn(config, dim)
     if config.rope_type == "longrope":
-        return _longrope(config, dim, config.short_factor)
+        return _longrope(config, dim, config.long_factor if uses_long_factors(config) else config.short_factor)
     return inv_freq
+
+
+def uses_long_factors(c: RopeConfig) -> bool:
+    """longrope: whether sequences may grow past the original context (module docstring: vLLM's rule)."""
+    return (c.max_model_len or c.max_position_embeddings) > c.original_max_position_embeddings
 
 
 def attention_factor(c: RopeConfig) -> float:

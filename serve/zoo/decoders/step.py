@@ -50,7 +50,7 @@ class DecoderSpec:
     vocab_size: int
     max_position_embeddings: int
     dtype: np.dtype  # the cache's element type (the decoder's activation type)
-    prefix_caching: bool = True  # False: a cached K depends on more than its tokens (dynamic/longrope RoPE)
+    prefix_caching: bool = True  # False: a cached K depends on more than its tokens (dynamic RoPE)
 
 
 class KVCache:

@@ -1,13 +1,15 @@
-"""RoPE scaling against transformers: each variant's cos and sin (its frequencies, attention factor and, for dynamic
-and longrope, the choice by sequence length) against the model's own rotary module on the same config.json; then
-whole models whose frequencies change mid-generation (dynamic past max_position_embeddings, longrope past
-original_max_position_embeddings) against `generate`'s per-step logits, which is what a KV cache sees: keys keep
-the rotation of the step that made them. (The yarn and longrope models of CONFIGS run the family parity test.)"""
+"""RoPE scaling against transformers: each variant's cos and sin (its frequencies, attention factor and, for dynamic,
+the growth with the sequence's length; for longrope, the short or long factors) against the model's own rotary
+module on the same config.json; then whole models against `generate`'s per-step logits, which is what a KV cache
+sees: dynamic's frequencies change mid-generation (keys keep the rotation of the step that made them), longrope's
+short factors under a max_model_len within the original context and long ones beyond it. (The yarn and longrope
+models of CONFIGS run the family parity test.)"""
 
 from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,10 @@ def test_cos_and_sin_match_transformers(name: str, cls: str, kwargs: dict[str, A
     config = hf_config(tmp_path, cls, kwargs)
     c = read_config(tmp_path)
     assert c.rope is not None and c.rope.rope_type == name.split("-")[0]
-    ours = Rope(c.rope, c.head_dim)
     for length in lengths:
+        # longrope's factors are chosen by the engine's bound (rope.py); transformers' by the length: the same
+        # choice when the bound is the length
+        ours = Rope(replace(c.rope, max_model_len=length), c.head_dim)
         positions = np.arange(length)
         cos, sin = ours.cos_sin(positions, np.full(length, length))
         with torch.no_grad():  # a fresh module per length: dynamic's frequencies are state in transformers
@@ -105,27 +109,29 @@ def generate_reference(folder: Path, prompt: list[int], new_tokens: int) -> tupl
     return out.sequences[0, len(prompt) :].tolist(), [row[0].float().numpy() for row in out.logits]
 
 
-SCALED_MODELS = {  # name: (config, kwargs, prompt lengths, new tokens)
+SCALED_MODELS = {  # name: (config, kwargs, prompt lengths, new tokens, max_model_len)
     # max_position_embeddings 16: the 7-token prompt crosses it while decoding, the 20-token one starts beyond it
     "dynamic": ("LlamaConfig", dict(COMMON, max_position_embeddings=16, rope_parameters=dict(
-        rope_type="dynamic", rope_theta=10000.0, factor=2.0)), (7, 20), 10),
-    # original_max_position_embeddings 12: the 5-token prompt stays within it (short factors; rope.py says why not
-    # across it), the 20-token one is beyond it from the start (long factors), both in the same steps
-    "longrope": ("Phi3Config", dict(COMMON, original_max_position_embeddings=12, rope_parameters=LONGROPE),
-                 (5, 20), 8),
+        rope_type="dynamic", rope_theta=10000.0, factor=2.0)), (7, 20), 10, None),
+    # original_max_position_embeddings 12: under max_model_len 12 the short factors (a 5-token prompt and 7 more),
+    # without it the long ones (prompts of 15 and 20 tokens, beyond 12 from the start), as transformers picks them
+    "longrope-short": ("Phi3Config", dict(COMMON, original_max_position_embeddings=12, rope_parameters=LONGROPE),
+                       (5,), 8, 12),
+    "longrope-long": ("Phi3Config", dict(COMMON, original_max_position_embeddings=12, rope_parameters=LONGROPE),
+                      (15, 20), 8, None),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(SCALED_MODELS))
 def test_length_dependent_rope_matches_generate_step_by_step(name: str, tmp_path: Path) -> None:
-    cls, kwargs, lengths, new_tokens = SCALED_MODELS[name]
+    cls, kwargs, lengths, new_tokens, max_model_len = SCALED_MODELS[name]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**copy.deepcopy(kwargs)))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(tmp_path)
-    runner = PagedRunner(load_pretrained(tmp_path))
+    runner = PagedRunner(load_pretrained(tmp_path, max_model_len=max_model_len))
     rng = np.random.default_rng(2)
     prompts = [rng.integers(2, 398, n).tolist() for n in lengths]
     references = [generate_reference(tmp_path, prompt, new_tokens) for prompt in prompts]
