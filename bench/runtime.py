@@ -3,6 +3,7 @@
     .venv/bin/python bench/runtime.py                    # prints the markdown tables
     .venv/bin/python bench/runtime.py --load             # also times each library with one core taken by a busy loop
     .venv/bin/python bench/runtime.py --write            # also replaces the runtime table in bench/RESULTS.md
+    .venv/bin/python bench/runtime.py --case ... --write --section matrix   # a table of its own (runtime-matrix)
     .venv/bin/python bench/runtime.py --profile "ResNet-18 b8"   # cProfile of serve on one case
     .venv/bin/python bench/runtime.py --case "ResNet-18 b8"      # time only that case (repeatable)
 
@@ -165,6 +166,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls at each worker's start")
     parser.add_argument("--load", action="store_true", help="also time every block with one core busy-looping")
     parser.add_argument("--write", action="store_true", help="replace the runtime table in bench/RESULTS.md")
+    parser.add_argument("--section", default="",
+                        help="with --write: the table between <!-- runtime-SECTION:begin/end --> instead (made after "
+                        "the runtime table when missing): a subset of cases and libraries")  # fmt: skip
     parser.add_argument("--profile", metavar="CASE", help="profile serve's eager calls on the case of this name")
     parser.add_argument("--case", action="append", help="time only the case of this name (repeatable)")
     parser.add_argument("--libs", nargs="+", default=list(rw.LIBS), choices=rw.LIBS, metavar="LIB",
@@ -197,10 +201,21 @@ def main() -> None:
     text = report.tables(rows, peaks, meta, args.load)
     print(text)
     if args.write:
-        old = RESULTS.read_text() if RESULTS.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
-        head, _, rest = old.partition(BEGIN)
-        _, _, tail = rest.partition(END)
-        RESULTS.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+        write_results(text, args.section)
+
+
+def write_results(text: str, section: str) -> None:
+    """Replace the runtime table (or section's) in bench/RESULTS.md with text."""
+    begin, end = BEGIN, END
+    if section:
+        begin, end = f"<!-- runtime-{section}:begin -->", f"<!-- runtime-{section}:end -->"
+    old = RESULTS.read_text() if RESULTS.exists() else f"# Benchmark results\n\n{BEGIN}\n{END}\n"
+    if begin not in old:  # a new section goes after the runtime table
+        head, _, tail = old.partition(END)
+        old = f"{head}{END}\n\n{begin}\n{end}{tail}"
+    head, _, rest = old.partition(begin)
+    _, _, tail = rest.partition(end)
+    RESULTS.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 def cpu_model() -> str:

@@ -38,7 +38,11 @@ def summary(result: Result) -> str:
 
 
 def _flops(result: Result) -> int | None:
-    return result.get("serve", {}).get("info", {}).get("flops")
+    for lib in ("serve", "serve-opt", "serve-opt-bf16"):  # counted by each serve worker, on the eager model
+        flops = result.get(lib, {}).get("info", {}).get("flops")
+        if flops:
+            return flops
+    return None
 
 
 def _version(rows: list[tuple[Case, Result]], lib: str) -> str:

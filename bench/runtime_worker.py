@@ -45,9 +45,8 @@ def _serve(
     weights = dict(np.load(folder / "weights.npz"))
     inputs = tuple(serve.from_numpy(v) for v in np.load(folder / "inputs.npz").values())
     model = serve_model(case, weights)
-    info: dict[str, Any] = {"version": serve.__version__}
+    info: dict[str, Any] = {"version": serve.__version__, "flops": count_flops(model, inputs)}
     if not optimized:
-        info["flops"] = count_flops(model, inputs)
         fn = model
     else:
         try:
@@ -103,7 +102,8 @@ def _openvino(folder: Path, threads: int, f32: bool) -> tuple[Callable[[], Any],
     compiled = core.compile_model(core.read_model(str(folder / "model.onnx")), "CPU", config)
     request = compiled.create_infer_request()
     feeds = dict(np.load(folder / "inputs.npz"))
-    precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # an ov.Type: "bf16" or "f32"
+    precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
     return (lambda: list(request.infer(feeds).values())), {"version": ov.__version__, "precision": precision}
 
 
