@@ -156,6 +156,8 @@ def _report(opt: Any, warmed: list[int]) -> dict[str, Any]:
         log.info("the optimizer refused a plan; the model runs eagerly: %s", reason)
     try:
         report = {**opt.describe(), **summary}
+        if len(json.dumps(report)) > MAX_REPORT_BYTES:  # the per-layer list goes first (product_dtypes counts stay)
+            report.pop("precision", None)
         if len(json.dumps(report)) <= MAX_REPORT_BYTES:
             return report
     except Exception as e:  # describe is information only

@@ -42,7 +42,7 @@ def test_float32_plan_lists_every_layer_in_float32_without_reasons():
     for name, entry in layers.items():
         assert entry["dtype"] == "float32" and "float32_because" not in entry
         assert entry["kernel"] == opt.plan[int(name)].choices[next(iter(opt.plan[int(name)].choices))]
-        assert entry["input"][0] == 2 and set(entry["ms"]) >= {entry["kernel"]}  # timed: its kernels' times
+        assert entry["input"][0] == 2 and "ms" not in entry  # times only where they explain a bf16 plan's float32
     assert info["product_dtypes"] == {"float32": 5}
     assert sum(info["kernels"].values()) == 5
 
@@ -71,14 +71,19 @@ def test_bfloat16_plan_says_which_layers_run_bf16_and_why_the_others_do_not():
         assert _by_layer(without)[name]["dtype"] == "float32"
         assert "optimize(kernels=...)" in _by_layer(without)[name]["float32_because"]
 
-    for name in ("2", "4", "7"):  # the timing decides; either way describe says it with the two times
-        entry = _by_layer(timed)[name]
-        bf16_name = next(k for k in entry["ms"] if k.endswith("_bf16"))
-        assert entry["dtype"] == ("bfloat16" if entry["kernel"] == bf16_name else "float32")
+    for name in ("2", "4", "7"):  # the timing decides; describe says which, and for float32 the two times
+        entry, layer = _by_layer(timed)[name], timed.plan[int(name)]
+        times = next(iter(layer.timings.values()))
+        assert entry["kernel"] == next(iter(layer.choices.values())) == min(times, key=times.__getitem__)
+        assert entry["dtype"] == ("bfloat16" if entry["kernel"].endswith("_bf16") else "float32")
         if entry["dtype"] == "float32":
+            bf16_name = next(k for k in entry["ms"] if k.endswith("_bf16"))
+            assert set(entry["ms"]) == {entry["kernel"], bf16_name}
             assert entry["float32_because"].startswith(f"timed: float32 {entry['kernel']} ")
             assert f"beat bfloat16 {bf16_name}" in entry["float32_because"]
             assert entry["ms"][entry["kernel"]] <= entry["ms"][bf16_name]
+        else:
+            assert "ms" not in entry and "float32_because" not in entry
 
 
 def test_depthwise_layer_says_it_has_no_bfloat16_kernel():
@@ -89,3 +94,25 @@ def test_depthwise_layer_says_it_has_no_bfloat16_kernel():
         opt = optimize(model, (_x(),), dtype="bfloat16")
     entry = _by_layer(opt)["1"]
     assert entry["dtype"] == "float32" and "no bfloat16 kernel" in entry["float32_because"]
+
+
+def test_the_workers_report_drops_the_per_layer_list_first_when_too_big():
+    """The worker's handshake carries describe(): a list too big for it goes, its counts and the rest stay."""
+    from serve.worker import optimizing
+
+    class _Opt:
+        optimized, reason = True, None
+
+        def __init__(self, entries: int) -> None:
+            self.entries = entries
+
+        def describe(self) -> dict:
+            precision = [{"layer": f"layer{i}", "input": [8, 3, 224, 224], "kernel": "native_nhwc_bf16",
+                          "dtype": "bfloat16"} for i in range(self.entries)]  # fmt: skip
+            return {"kernels": {"native_nhwc_bf16": self.entries}, "product_dtypes": {"bfloat16": self.entries},
+                    "precision": precision}  # fmt: skip
+
+    small, big = optimizing._report(_Opt(3), [1]), optimizing._report(_Opt(2000), [1, 8])
+    assert len(small["precision"]) == 3 and small["warmed"] == [1]
+    assert "precision" not in big and big["product_dtypes"] == {"bfloat16": 2000} and big["warmed"] == [1, 8]
+    assert big["kernels"] == {"native_nhwc_bf16": 2000}
