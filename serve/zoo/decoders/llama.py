@@ -22,7 +22,7 @@ import numpy as np
 from serve.zoo.decoders.attention import paged_attention
 from serve.zoo.decoders.config import DecoderConfig
 from serve.zoo.decoders.layers import Linear, rms_norm, silu_and_mul
-from serve.zoo.decoders.rope import Rope
+from serve.zoo.decoders.rope import Rope, context_length
 from serve.zoo.decoders.step import DecoderSpec, KVCache, StepBatch
 from serve.zoo.decoders.weights import Weights
 
@@ -70,7 +70,9 @@ class LlamaDecoder:
         assert c.rope is not None  # config.py gives every Llama-like config one
         self.rope = Rope(c.rope, c.head_dim)
         self.spec = DecoderSpec(
-            c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size, c.max_position_embeddings, dtype,
+            c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size,
+            c.max_position_embeddings if c.model_type.startswith("gemma") else context_length(c.rope),  # vLLM's rule
+            dtype,
             prefix_caching=c.rope.rope_type != "dynamic",  # its keys depend on the sequence's length (rope.py)
         )  # fmt: skip
         embed = weights.take("model.embed_tokens.weight", (c.vocab_size, c.hidden_size), dtype)

@@ -101,6 +101,17 @@ def inverse_frequencies(config: RopeConfig, dim: int) -> np.ndarray:
     return inv_freq
 
 
+def context_length(c: RopeConfig) -> int:
+    """The longest sequence the RoPE is made for (the engine's bound on max_model_len), as vLLM derives it: linear
+    and dynamic stretch max_position_embeddings by their factor, yarn the original context by its factor; the
+    others' configs already name the extended context (so do Gemma 3's, whose linear factor vLLM leaves out too)."""
+    if c.rope_type in ("linear", "dynamic"):
+        return int(c.max_position_embeddings * c.factor)
+    if c.rope_type == "yarn":
+        return max(c.max_position_embeddings, int(c.original_max_position_embeddings * c.factor))
+    return c.max_position_embeddings
+
+
 def uses_long_factors(c: RopeConfig) -> bool:
     """longrope: whether sequences may grow past the original context (module docstring: vLLM's rule)."""
     return (c.max_model_len or c.max_position_embeddings) > c.original_max_position_embeddings

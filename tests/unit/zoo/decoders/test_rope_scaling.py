@@ -48,6 +48,28 @@ CASES: list[tuple[str, str, dict[str, Any], list[int]]] = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("rope_parameters", "context"),
+    [
+        ({"rope_type": "default", "rope_theta": 1e4}, 32),
+        ({"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}, 128),
+        ({"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}, 64),
+        ({"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 16}, 64),
+        ({"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8}, 32),
+    ],
+)  # fmt: skip
+def test_the_engine_may_run_sequences_as_long_as_the_scaling_reaches(
+    rope_parameters: dict[str, Any], context: int, tmp_path: Path
+) -> None:
+    """vLLM's derivation of the longest sequence (its max_model_len bound) from max_position_embeddings (32 here):
+    linear and dynamic stretch it by their factor, yarn stretches the original context; llama3's is already long."""
+    hf_config(tmp_path, "LlamaConfig", dict(LLAMA, rope_parameters=rope_parameters))
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
+    model.save_pretrained(tmp_path)
+    assert load_pretrained(tmp_path).spec.max_position_embeddings == context
+
+
 def hf_rotary(config: Any) -> Any:
     family = config.model_type
     module = getattr(transformers.models, family)
