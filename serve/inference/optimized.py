@@ -37,6 +37,7 @@ from serve.inference.detections import aligned
 from serve.inference.planned import BF16_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.inference.precision import layer_precisions
+from serve.inference.tuning import TuningClock
 from serve.nn.module import Module
 from serve.tensor.grad_mode import is_grad_enabled, no_grad
 from serve.tensor.tensor import Tensor
@@ -101,6 +102,7 @@ class OptimizedModule:
         self._plan_s = 0.0
         self._lock = threading.RLock()
         self.arena = Arena()
+        self.clock = TuningClock()
 
     # -- calling ----------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -140,6 +142,11 @@ class OptimizedModule:
             if not self._refused:
                 self._warmed.append(_shapes(args, kwargs))
 
+    def tune_within(self, seconds: float | None) -> None:
+        """Time kernels for new shapes only for `seconds` from now (None: always); past that a layer takes its
+        preferred kernel untimed for a shape it has not seen (planned.TuningClock). The worker bounds its warm-up."""
+        self.clock.deadline = None if seconds is None else time.perf_counter() + seconds
+
     def _make_plan(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         start = time.perf_counter()
         try:
@@ -154,6 +161,7 @@ class OptimizedModule:
                 layers = [layer] + ([layer.group.combined] if getattr(layer, "group", None) is not None else [])
                 for each in layers:
                     each.tune, each.product_dtype, each.allowed = self._tune, self.products, self._kernels
+                    each.clock = self.clock
                     each.arena = self.arena
             out = plan(*args, **kwargs)
             if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers

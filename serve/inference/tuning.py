@@ -30,6 +30,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,16 @@ def forget() -> None:
     """Drop what this process read (tests, and a changed SERVE_TUNING_CACHE)."""
     with _lock:
         _state["path"], _state["entries"] = None, None
+
+
+class TuningClock:
+    """When a plan's layers stop timing kernels (a `time.perf_counter()` deadline; None: never), shared by them.
+    The worker sets it to its warm-up budget (serve/worker/optimizing.py): a layer first seen after it takes its
+    preferred kernel (the last that applies) untimed, so a model whose timing alone would outlast the startup
+    timeout (a detector at 800 x 1088: 55 s on an idle 2-core machine, 180 s at load 6) still starts in time."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline

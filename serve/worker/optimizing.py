@@ -6,9 +6,16 @@ When `handler.model` (where TorchServe handlers keep it) is a `serve.nn.Module` 
 does not say `optimize: false`, it becomes `serve.inference.optimize(handler.model)`. Warm-up then plans, checks
 and tunes it for each batch size the batcher can produce (`warm_batch_sizes`): every b in 1..batch_size when
 batch_size <= 8, else the powers of two below batch_size and batch_size itself. The inputs come from
-`handler.example_inputs(b)`; a handler that returns None (the default) is not warmed and each batch size is
-planned at its first batch. Warm-up stops, with a log line, once `optimize_warmup_s` (default 30) seconds are
-spent; the sizes left are planned lazily.
+`handler.example_inputs(b)`. Where the handler has none (TorchServe's handlers) or returns None (the default), a
+model the worker recognises as a torchvision detector is warmed with noise images at its transform's size
+(serve.inference.detections.detector_inputs: the plan made before traffic, not at the first request, which paid
+59-90 s for it under load); any other model is not warmed and each batch size is planned at its first batch.
+Warm-up stops, with a log line, once `optimize_warmup_s` (default 30) seconds are spent; the sizes left are planned
+lazily (0: no warm-up). The first size is warmed whatever it costs: the worker is not ready until its model is
+planned, and the startup timeout (120 s by default) bounds it as it bounds the load. So kernels are timed only
+within the budget (`opt.tune_within(optimize_warmup_s)`): a layer first seen after it takes its preferred kernel
+untimed (serve.inference.planned.TuningClock), and what is left is one capture, one planned run and the check
+against eager.
 
 The optimizer never fails a load: any exception from it is logged as a warning and the eager model is kept.
 The report (JSON-safe: `opt.describe()` plus `warmed`, the batch sizes warmed, or `{"optimized": false,
@@ -115,10 +122,32 @@ def _refusal(model: Any, config: Mapping[str, Any] | None, device: str | None) -
 
 def _warm(handler: Any, opt: Any, batch_size: int, budget_s: float) -> list[int] | str:
     """The batch sizes warmed, or the reason the optimized model was given up (its warm-up raised)."""
-    example_inputs = getattr(handler, "example_inputs", None)
-    if not callable(example_inputs):
-        return []
+    own = getattr(handler, "example_inputs", None)
+
+    def example_inputs(b: int) -> Any:
+        inputs = own(b) if callable(own) else None
+        if inputs is not None:
+            return inputs
+        from serve.inference.detections import detector_inputs  # here, as optimize: eager workers never import it
+
+        return detector_inputs(getattr(opt, "original", None), b)
+
     started = time.perf_counter()
+    bound = getattr(opt, "tune_within", None)  # kernels are timed within the budget, then taken untimed
+    if callable(bound):
+        bound(budget_s)
+    try:
+        warmed = _warm_sizes(opt, example_inputs, type(handler).__name__, batch_size, budget_s, started)
+    finally:
+        if callable(bound):
+            bound(None)  # shapes first seen in traffic are timed, as before
+    if isinstance(warmed, list) and warmed:
+        log.info("optimized model warmed for batch sizes %s in %.2f s", warmed, time.perf_counter() - started)
+    return warmed
+
+
+def _warm_sizes(opt: Any, example_inputs: Any, handler_name: str, batch_size: int, budget_s: float,
+                started: float) -> list[int] | str:  # fmt: skip
     warmed: list[int] = []
     sizes = warm_batch_sizes(batch_size)
     for b in sizes:
@@ -129,8 +158,8 @@ def _warm(handler: Any, opt: Any, batch_size: int, budget_s: float) -> list[int]
         try:
             inputs = example_inputs(b)
         except Exception as e:  # the handler's own bug: no warm-up, plans are made lazily
-            log.warning("no warm-up: %s.example_inputs(%d) raised %s: %s", type(handler).__name__, b,
-                        type(e).__name__, e)  # fmt: skip
+            log.warning("no warm-up: %s.example_inputs(%d) raised %s: %s", handler_name, b, type(e).__name__,
+                        e)  # fmt: skip
             break
         if inputs is None:
             break
@@ -143,8 +172,6 @@ def _warm(handler: Any, opt: Any, batch_size: int, budget_s: float) -> list[int]
         warmed.append(b)
         if not opt.optimized:  # the plan was refused: every call runs eagerly, nothing more to warm
             break
-    if warmed:
-        log.info("optimized model warmed for batch sizes %s in %.2f s", warmed, time.perf_counter() - started)
     return warmed
 
 
