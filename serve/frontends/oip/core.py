@@ -181,8 +181,7 @@ async def infer(dataplane: DataPlane, model: str, version: str | None, request: 
         body = b"".join([chunk async for chunk in answer.chunks])
     if answer.status != 200:
         raise PredictionException(error_message(body), answer.status)
-    plain_name = request.outputs[0].name if len(request.outputs) == 1 else request.inputs[0].name
-    outputs = _select(parse_handler_answer(body, answer.content_type, plain_name), request.outputs)
+    outputs = _select(parse_handler_answer(body, answer.content_type, plain_output_name(request)), request.outputs)
     outputs = classification.classify_outputs(dataplane, model, version, outputs, request.outputs)
     model_version = version
     if model_version is None:  # the default version that answered (a dict lookup and a /proc read per worker)
@@ -208,6 +207,12 @@ def handler_body(request: InferRequest) -> dict[str, Any]:
 def _kept(parameters: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in parameters.items() if k not in BINARY_PARAMETERS}
     return {"parameters": kept} if kept else {}
+
+
+def plain_output_name(request: InferRequest) -> str:
+    """The name a plain (not v2-shaped) handler answer gets: the one output the request names, else its first
+    input's name, as TorchServe's kservev2 envelope names it."""
+    return request.outputs[0].name if len(request.outputs) == 1 else request.inputs[0].name
 
 
 def parse_handler_answer(body: bytes, content_type: str = "application/json",

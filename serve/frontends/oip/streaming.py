@@ -52,7 +52,7 @@ def _response(model: str, version: str, request: core.InferRequest, body: bytes,
               content_type: str) -> core.InferResponse:  # fmt: skip
     if status != 200:
         raise PredictionException(core.error_message(body), status)
-    outputs = core.parse_handler_answer(body, content_type)
+    outputs = core.parse_handler_answer(body, content_type, core.plain_output_name(request))
     if request.outputs:
         by_name = {o.name: o for o in outputs}
         missing = [r.name for r in request.outputs if r.name not in by_name]
