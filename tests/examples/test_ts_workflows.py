@@ -22,8 +22,6 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +29,8 @@ from types import ModuleType
 import httpx
 import pytest
 
-from tests.examples.ts_files import example_files
+from serve.cli.workflow_archiver import main as workflow_archiver_main
+from tests.examples.ts_files import archive, example_files
 from tests.integration.server import ServerProcess
 
 TIMEOUT = 300  # one request on a loaded 2-core machine, not a target
@@ -102,10 +101,9 @@ def load(path: Path) -> ModuleType:
 
 
 def workflow_archiver(*argv: str) -> None:
-    """`workflow-archiver` as a user runs it (the module form of the console script)."""
-    run = subprocess.run([sys.executable, "-m", "serve.cli.workflow_archiver", *argv], capture_output=True, text=True,
-                         timeout=TIMEOUT)  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    """`workflow-archiver` with a user's arguments, in this process (its module entry point as a subprocess is
+    tests/unit/archive/test_war.py's: a Python start per archive costs a second or more on a loaded machine)."""
+    assert workflow_archiver_main(list(argv)) == 0
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +116,7 @@ def served(tmp_path_factory):
     for model, key in MODELS.items():
         handler = base / f"{model}.py"
         handler.write_text(TRANSLATOR.format(key=key))
-        run = subprocess.run([sys.executable, "-m", "serve.cli.model_archiver", "--model-name", model, "--version",
-                              "1.0", "--handler", f"{handler}:handle", "--export-path", str(store)],
-                             capture_output=True, text=True, timeout=TIMEOUT)  # fmt: skip
-        assert run.returncode == 0, run.stderr
+        archive(store, "--model-name", model, "--version", "1.0", "--handler", f"{handler}:handle")
     # the README's commands
     for name, kind in (("nmt_wf_dual", "dual"), ("nmt_wf_re", "re")):
         workflow_archiver("-f", "--workflow-name", name,
