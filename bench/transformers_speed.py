@@ -12,7 +12,8 @@ sequence 128). Then worker processes load it with `AutoModel...from_pretrained`:
     serve-plan    the same model through serve's inference plan (`serve.inference.optimize`), as the worker serves it
 Each worker times `--seconds` of forward calls after 2 untimed ones, on 2 threads, and reports the median and its
 largest difference from torch's logits (relative to their largest value). Rounds alternate the workers; the medians
-of the rounds are compared.
+of the rounds are compared, and each round's plan / torch is shown (the machine is shared: the spread says how much
+its load moved the figures).
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def main() -> None:
     lines = [f"`python bench/transformers_speed.py --rounds {args.rounds} --seconds {args.seconds:g}` on "
              f"{time.strftime('%Y-%m-%d')}, load average {os.getloadavg()[0]:.1f}: batch {BATCH}, sequence {SEQ}, "
              "2 threads each, each in its own process, medians of alternated rounds.", "",
-             "| model | torch ms | serve eager ms | serve plan ms | eager / torch | plan / torch | max rel. diff |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| model | torch ms | serve eager ms | serve plan ms | eager / torch | plan / torch | plan / torch per "
+             "round | max rel. diff |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.names:
             folder = Path(tmp) / name
@@ -129,7 +131,8 @@ def main() -> None:
                     print(f"# {name} {mode}: {got['ms']:.1f} ms ({got['calls']} calls), err {got['err']:.1e}",
                           flush=True)  # fmt: skip
             t, e, p = (statistics.median(ms[mode]) for mode in MODES)
-            lines.append(f"| {name} | {t:.0f} | {e:.0f} | {p:.0f} | {e / t:.2f} | {p / t:.2f} | {err:.1e} |")
+            rounds = ", ".join(f"{b / a:.2f}" for a, b in zip(ms["torch"], ms["serve-plan"]))  # the spread
+            lines.append(f"| {name} | {t:.0f} | {e:.0f} | {p:.0f} | {e / t:.2f} | {p / t:.2f} | {rounds} | {err:.1e} |")
     print("\n".join(lines))
 
 
