@@ -45,11 +45,12 @@ def _flops(result: Result) -> int | None:
     return None
 
 
-def _version(rows: list[tuple[Case, Result]], lib: str) -> str:
-    for _, result in rows:
-        version = result.get(lib, {}).get("info", {}).get("version")
-        if version:
-            return version
+def _version(rows: list[tuple[Case, Result]], *libs: str) -> str:
+    for lib in libs:
+        for _, result in rows:
+            version = result.get(lib, {}).get("info", {}).get("version")
+            if version:
+                return version
     return "not available"
 
 
@@ -86,7 +87,8 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
         f"{meta['load']:.1f} at the start, {meta.get('load_end', meta['load']):.1f} at the end; Python "
         f"{meta['python']}, numpy {meta['numpy']}): median over "
         f"{meta['rounds']} rounds of each library's median call, milliseconds per forward call. Each library in its "
-        f"own process on {meta['threads']} threads: serve {_version(rows, 'serve')} eager under no_grad, serve "
+        f"own process on {meta['threads']} threads: serve {_version(rows, 'serve', 'serve-opt')} eager under "
+        f"no_grad, serve "
         f"optimized (serve.inference.optimize), PyTorch {_version(rows, 'torch')} eager under inference_mode, ONNX "
         f"Runtime {_version(rows, 'ort')} (CPU provider, intra-op {meta['threads']}, inter-op 1). fp32 GEMM peak "
         f"(2048^3): numpy/OpenBLAS 1 thread x {meta['threads']} serve lanes {_gflops(peak_np)} GFLOP/s, torch.mm on "
