@@ -116,3 +116,45 @@ def test_the_workers_report_drops_the_per_layer_list_first_when_too_big():
     assert len(small["precision"]) == 3 and small["warmed"] == [1]
     assert "precision" not in big and big["product_dtypes"] == {"bfloat16": 2000} and big["warmed"] == [1, 8]
     assert big["kernels"] == {"native_nhwc_bf16": 2000}
+
+
+@pytest.mark.skipif(not kernels.bf16_products(), reason="needs AVX512-BF16 and serve's native kernels")
+def test_bfloat16_plans_of_zoo_models_agree_with_pytorch_fp32():
+    """bf16 products forced on every layer that has them (the timing might keep float32): ResNet-18's logits within
+    1e-2 of PyTorch fp32 with the same top-1 wherever PyTorch's top two are apart by more than that, and the
+    BERT-base-shaped (scaled down) encoder's output within 1e-2."""
+    torch = pytest.importorskip("torch")
+    from serve.zoo import resnet18
+    from tests.unit.zoo import twins_vision as tv
+    from tests.unit.zoo.parity import assert_rel_close, copy_weights, randomize_norms
+
+    bf16 = ("native_nhwc_bf16", "native_bf16")
+    torch.manual_seed(0)
+    ref = tv.resnet18(num_classes=10)
+    randomize_norms(ref)
+    model = resnet18(num_classes=10)
+    copy_weights(ref, model)
+    model.eval(), ref.eval()
+    x = np.random.default_rng(3).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    with serve.no_grad(), torch.no_grad():
+        opt = optimize(model, (serve.from_numpy(x),), dtype="bfloat16", tune=False, kernels=bf16)
+        got, want = opt(serve.from_numpy(x)).numpy(), ref(torch.from_numpy(x)).numpy()
+    assert opt.optimized, opt.reason
+    assert opt.describe()["product_dtypes"]["bfloat16"] >= 15  # of 21: stem, fc and the 1x1 downsamples' few
+    assert_rel_close(got, want, 1e-2)
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 2e-2 * np.abs(want).max()
+    assert clear.any() and (got.argmax(1)[clear] == want.argmax(1)[clear]).all()
+
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, activation="gelu", batch_first=True)
+    ref_enc = torch.nn.TransformerEncoder(layer, 2).eval()
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, activation="gelu",
+                                                           batch_first=True), 2)  # fmt: skip
+    copy_weights(ref_enc, enc)
+    src = np.random.default_rng(4).standard_normal((2, 16, 64)).astype(np.float32)
+    with serve.no_grad(), torch.no_grad():
+        opt_enc = optimize(enc.eval(), (serve.from_numpy(src),), dtype="bfloat16", tune=False, kernels=bf16)
+        got_enc, want_enc = opt_enc(serve.from_numpy(src)), ref_enc(torch.from_numpy(src))
+    assert opt_enc.optimized, opt_enc.reason
+    assert opt_enc.describe()["product_dtypes"]["bfloat16"] >= 6  # of 8: the first and last stay float32
+    assert_rel_close(got_enc, want_enc, 1e-2)
