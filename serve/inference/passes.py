@@ -131,6 +131,7 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
         _group_shared_inputs(trace, model, rw)
     if "attention" in passes:
         _plan_attentions(trace, model, rw)
+        _first_product_in_attention(trace, names, order, rw)
     if "addnorm" in passes:
         _plan_add_norms(trace, model, rw, _defer_linear_adds(trace, model, rw))
     return rw
@@ -149,6 +150,18 @@ def _plan_attentions(trace: Trace, model: Module, rw: Rewrite) -> None:
         rw.fused[prefix + "in_proj"], rw.fused[prefix + "out_proj"] = planned.in_proj, planned.out_proj
         rw.counts["attention"] += 1
         rw.counts["linear"] += 2
+
+
+def _first_product_in_attention(trace: Trace, names: dict[int, str], order: list[_Fused], rw: Rewrite) -> None:
+    """An attention called before the first planned layer holds the model's first product (its input projection,
+    which the capture does not see as a call of its own): that projection, not the layer after it, stays float32."""
+    first = next((c for c in trace.calls if names.get(id(c.module)) in rw.fused
+                  or id(c.module) in rw.attentions), None)  # fmt: skip
+    if first is None or id(first.module) not in rw.attentions or not order:
+        return
+    if order[0] is not order[-1]:
+        order[0].keep_float32 = False
+    rw.attentions[id(first.module)].in_proj.keep_float32 = True
 
 
 def _residual_sum(trace: Trace, call: Call) -> tuple[Tensor | None] | None:

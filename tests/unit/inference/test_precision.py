@@ -158,3 +158,21 @@ def test_bfloat16_plans_of_zoo_models_agree_with_pytorch_fp32():
     assert opt_enc.optimized, opt_enc.reason
     assert opt_enc.describe()["product_dtypes"]["bfloat16"] >= 6  # of 8: the first and last stay float32
     assert_rel_close(got_enc, want_enc, 1e-2)
+
+
+@pytest.mark.skipif(not kernels.bf16_products(), reason="needs AVX512-BF16 and serve's native kernels")
+def test_an_encoders_first_product_is_its_attentions_input_projection():
+    """The capture sees nn.MultiheadAttention as one call: its input projection, the model's first product, is the
+    layer mixed precision keeps float32 (not the feed-forward product after it); the last stays the last."""
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, activation="gelu", batch_first=True)
+    model = nn.TransformerEncoder(layer, 2).eval()
+    x = serve.from_numpy(RNG.standard_normal((2, 8, 32)).astype(np.float32))
+    with serve.no_grad():
+        opt = optimize(model, (x,), dtype="bfloat16", tune=False, kernels=("native_bf16",))
+    assert opt.optimized, opt.reason
+    layers = _by_layer(opt)
+    assert layers["layers.0.self_attn.in_proj"]["dtype"] == "float32"
+    assert "first and last" in layers["layers.0.self_attn.in_proj"]["float32_because"]
+    assert layers["layers.1.linear2"]["dtype"] == "float32"
+    others = [name for name in layers if name not in ("layers.0.self_attn.in_proj", "layers.1.linear2")]
+    assert len(others) == 6 and all(layers[name]["dtype"] == "bfloat16" for name in others)
