@@ -1,9 +1,9 @@
 """The import layering of ARCHITECTURE.md, read from every module's imports with `ast`.
 
 An import may only point down the table (errors, config, metrics, backend, tensor, nn, serialization, inference,
-zoo, generation, archive, batching, worker, compat, management, workflows, frontends, server/cli); the runtime stack never
-imports the serving stack; device-independent runtime code never imports numpy (it goes through a backend), and nothing
-imports cupy outside the CUDA backend (`backend/ops_cuda.py` and its `backend/cuda_*.py` helpers).
+zoo, generation, archive, batching, worker, compat, management, workflows, frontends, server/cli); the runtime stack
+never imports the serving stack; device-independent runtime code never imports numpy (it goes through a backend), and
+nothing imports cupy outside the CUDA backend (`backend/ops_cuda.py` and its `backend/cuda_*.py` helpers).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "serve"
-LAYERS = ["errors", "config", "metrics", "backend", "tensor", "nn", "serialization", "inference", "zoo", "generation",
-          "archive", "batching", "worker", "compat", "management", "workflows", "frontends", "server", "cli"]  # fmt: skip
+LAYERS = ["errors", "config", "metrics", "backend", "tensor", "nn", "serialization", "inference", "zoo",
+          "generation", "archive", "batching", "worker", "compat", "management", "workflows", "frontends", "server",
+          "cli"]  # fmt: skip
 RUNTIME = {"backend", "tensor", "nn", "serialization", "inference", "zoo"}
 # the public namespaces (`serve`, `serve.autograd`, `serve.cuda`) re-export the runtime stack
 NAMESPACE_RANK = LAYERS.index("zoo")
