@@ -1,5 +1,5 @@
-"""Triton's own Python client examples (tests/examples/triton/, unmodified) against a real `serve` process, each as
-its own process: statistics, model repository control, the input format and the classification extension
+"""Triton's own Python client examples (tests/examples/triton_client/, unmodified) against a real `serve` process,
+each as its own process: statistics, model repository control, the input format and the classification extension
 (issue 28 item 2), and the plain infer examples beside them. Stand-in models: tests/examples/triton_models.py.
 
 Each example exits non-zero when an answer is wrong (they check sums, differences, identities and error
@@ -29,7 +29,8 @@ from tests.integration.server import WAIT_SECONDS, ServerProcess
 triton = pytest.importorskip("tritonclient.http", reason="tritonclient is a test extra")
 Image = pytest.importorskip("PIL.Image", reason="pillow makes the test image")
 
-EXAMPLES = Path(__file__).parent / "triton"
+# not "triton": a directory of that name on a subprocess's sys.path shadows the package torch probes for
+EXAMPLES = Path(__file__).parent / "triton_client"
 MODELS = ["simple", "simple_int8", "simple_string", "simple_identity", "custom_identity_int32", "densenet_onnx",
           "classifier", "image_bytes"]  # fmt: skip
 RUN_SECONDS = 240  # one example, on a loaded machine
@@ -68,7 +69,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
 
 
 def run_example(name: str, *args: str) -> str:
-    """Run tests/examples/triton/<name>.py with `args`; its output (it must exit 0)."""
+    """Run tests/examples/triton_client/<name>.py with `args`; its output (it must exit 0)."""
     command = [sys.executable, str(EXAMPLES / f"{name}.py"), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_SECONDS, cwd=EXAMPLES)
     assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

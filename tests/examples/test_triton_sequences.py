@@ -1,5 +1,5 @@
-"""Triton's sequence and decoupled examples (tests/examples/triton/, unchanged) as their own processes against a real
-server, on both gRPC servers (serve's own HTTP/2 server and grpcio): the stream clients keep three sequences (two
+"""Triton's sequence and decoupled examples (tests/examples/triton_client/, unchanged) as their own processes against a
+real server, on both gRPC servers (serve's own HTTP/2 server and grpcio): the stream clients keep three sequences (two
 integer ids, one string id) on one ModelStreamInfer stream, the sync clients send the same sequences through
 ModelInfer and REST `/v2/.../infer` (the sequence_* request parameters), and simple_grpc_custom_repeat reads ten
 streamed answers to one request. Each prints "PASS" and exits 0 only when every answer is the expected one.
@@ -27,7 +27,8 @@ from tests.integration.server import ServerProcess
 # test modules load into this process's descriptor pool; the examples run in their own processes
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tritonclient") is None,
                                 reason="tritonclient (a test extra) runs Triton's examples")  # fmt: skip
-EXAMPLES = Path(__file__).resolve().parent / "triton"
+# not "triton": a directory of that name on a subprocess's sys.path shadows the package torch probes for
+EXAMPLES = Path(__file__).resolve().parent / "triton_client"
 CLIENT_SECONDS = 300  # a bound for a loaded machine; the clients take about a second each
 GRPC_CLIENTS = ["simple_grpc_sequence_stream_infer_client.py", "simple_grpc_aio_sequence_stream_infer_client.py",
                 "simple_grpc_sequence_sync_infer_client.py", "simple_grpc_custom_repeat.py"]  # fmt: skip
