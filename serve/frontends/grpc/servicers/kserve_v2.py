@@ -32,6 +32,7 @@ from serve.frontends import oip
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2_grpc as pb_grpc
+from serve.frontends.grpc.servicers.parameters import parameters_of
 from serve.frontends.grpc.servicers.stream_infer import StreamInfer
 from serve.frontends.grpc.servicers.triton_extensions import TritonExtensions
 from serve.frontends.grpc.status import abort
@@ -43,16 +44,6 @@ CONTENTS_FIELD = {
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }  # fmt: skip
-
-
-def parameters_of(params: Any) -> dict[str, Any]:
-    """A `map<string, InferParameter>` as plain Python values (whichever oneof member is set)."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        which = value.WhichOneof("parameter_choice")
-        if which is not None:
-            out[key] = getattr(value, which)
-    return out
 
 
 def set_parameters(target: Any, params: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from serve.frontends import oip
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.errors import error_info
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
+from serve.frontends.grpc.servicers.parameters import parameters_of
 from serve.frontends.oip.streaming import infer_stream
 
 
@@ -37,8 +38,8 @@ class StreamInfer:
             try:
                 infer_request = oip.InferRequest(
                     inputs=kserve_v2.input_arrays(request), id=request.id,
-                    parameters=kserve_v2.parameters_of(request.parameters),
-                    outputs=[oip.RequestedOutput(o.name, kserve_v2.parameters_of(o.parameters))
+                    parameters=parameters_of(request.parameters),
+                    outputs=[oip.RequestedOutput(o.name, parameters_of(o.parameters))
                              for o in request.outputs],
                 )  # fmt: skip
                 answers = infer_stream(self.dataplane, request.model_name, request.model_version or None,

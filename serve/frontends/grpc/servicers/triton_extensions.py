@@ -9,26 +9,15 @@ string_param holding the JSON ModelConfig override, `file:<path>` a bytes_param 
 
 from __future__ import annotations
 
-from typing import Any
-
 import grpc
 from google.protobuf import json_format
 from grpc.aio import ServicerContext as Context
 
 from serve.frontends.dataplane import DataPlane
 from serve.frontends.grpc.generated import grpc_predict_v2_pb2 as pb
+from serve.frontends.grpc.servicers.parameters import parameters_of
 from serve.frontends.grpc.status import abort
 from serve.frontends.oip import model_control, statistics
-
-
-def repository_parameters(params: Any) -> dict[str, Any]:
-    """A `map<string, ModelRepositoryParameter>` as plain values (whichever oneof member is set)."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        which = value.WhichOneof("parameter_choice")
-        if which is not None:
-            out[key] = getattr(value, which)
-    return out
 
 
 class TritonExtensions:
@@ -44,7 +33,7 @@ class TritonExtensions:
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
                                   context: Context) -> pb.RepositoryModelLoadResponse:  # fmt: skip
-        parameters = repository_parameters(request.parameters)
+        parameters = parameters_of(request.parameters)
         files = sorted(k for k in parameters if k.startswith("file:"))
         if files:  # Triton's code for it (its model control example checks it), with model_control's message
             await context.abort(grpc.StatusCode.INTERNAL, model_control.files_refused(request.model_name, files))
