@@ -144,6 +144,12 @@ def library() -> ctypes.CDLL | None:
     return None if _lib is None else _lib.dll
 
 
+def bf16_library() -> ctypes.CDLL | None:
+    """The loaded bf16-capable kernel library itself (the AVX512-BF16 build, or the AMX one where it is selected),
+    for the modules beside this one that bind their own kernels from it; None when there is none."""
+    return None if _bf16 is None else _bf16.dll
+
+
 def attention_kernel() -> Any:
     """The loaded build's fused attention (serve.backend.cpu_attention calls it), or None."""
     return None if _lib is None else _lib.attention
