@@ -3,9 +3,9 @@
     limit = MemoryLimit(configured, workers_running)     # configured: bytes, 0 for none, None for the default
     limit.bytes()                                         # the limit now, None when there is none
 
-The pool (workers.py) reads a worker's RSS (/proc/<pid>/statm, one small read) after each batch it answered; over
-the limit, the worker is stopped (it holds nothing by then) and a new one started, with a log line and
-`ts_worker_restarts_total{reason="memory"}`.
+The batch loop (batch_loop.py) reads a worker's RSS (/proc/<pid>/statm, one small read) after each batch it
+answered; over the limit, the worker is stopped (it holds nothing by then) and a new one started, with a log line
+and `ts_worker_restarts_total{reason="memory"}`.
 
 Decisions:
 - Configured by model-config `workerMemoryLimit` (or the `models` property), else `worker_memory_limit`, in bytes;

@@ -53,7 +53,8 @@ from serve.management.memory import MemoryLimit
 from serve.management.requirements import remove_deps
 from serve.management.sequences import SequenceRouter, SequenceSettings, sequence_settings
 from serve.management.worker_process import WorkerSpec
-from serve.management.workers import PoolSettings, WorkerPool
+from serve.management.worker_slot import PoolSettings
+from serve.management.workers import WorkerPool
 from serve.metrics import ServerMetrics
 from serve.worker.optimizing import optimize_settings
 

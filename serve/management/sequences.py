@@ -95,7 +95,7 @@ def sequence_settings(yaml: Mapping[str, Any], where: str) -> SequenceSettings |
 
 
 class Slot(Protocol):
-    """What the router needs of a worker slot (serve/management/workers.py)."""
+    """What the router needs of a worker slot (serve/management/worker_slot.py)."""
 
     id: str
     queue: JobQueue | None

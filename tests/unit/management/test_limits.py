@@ -17,9 +17,11 @@ from serve.batching import Batcher, JobQueue
 from serve.config import Settings, load_settings
 from serve.errors import ConfigError, InvalidInput, ModelNotFound
 from serve.management import workers as workers_module
+from serve.management.batch_loop import BatchLoop
 from serve.management.limits import check_worker_counts, workers_after
 from serve.management.worker_process import READY, WorkerSpec
-from serve.management.workers import START_CONCURRENCY, PoolSettings, WorkerPool, WorkerSlot
+from serve.management.worker_slot import PoolSettings, WorkerSlot
+from serve.management.workers import START_CONCURRENCY, WorkerPool
 from serve.metrics import ServerMetrics
 from tests.unit.management.models import CONTROL_HANDLER, model_dir, run, running
 
@@ -127,11 +129,11 @@ def test_a_big_scale_up_starts_a_few_workers_at_a_time(tmp_path, monkeypatch):
         slot.state = READY
         slot.first_load(None)
 
-    async def fake_serve(self: WorkerPool, slot: WorkerSlot) -> None:
+    async def fake_serve(self: BatchLoop, slot: WorkerSlot) -> None:
         await slot.wait(asyncio.get_running_loop().create_future())  # until scaled away
 
     monkeypatch.setattr(WorkerPool, "_start_now", fake_start)
-    monkeypatch.setattr(WorkerPool, "_serve", fake_serve)
+    monkeypatch.setattr(BatchLoop, "serve", fake_serve)
     assert 1 < START_CONCURRENCY <= 8
     assert workers_module.START_CONCURRENCY == START_CONCURRENCY
 
@@ -157,11 +159,11 @@ def test_workers_scaled_away_while_waiting_to_start_are_never_started(tmp_path, 
         slot.state = READY
         slot.first_load(None)
 
-    async def fake_serve(self: WorkerPool, slot: WorkerSlot) -> None:
+    async def fake_serve(self: BatchLoop, slot: WorkerSlot) -> None:
         await slot.wait(asyncio.get_running_loop().create_future())
 
     monkeypatch.setattr(WorkerPool, "_start_now", fake_start)
-    monkeypatch.setattr(WorkerPool, "_serve", fake_serve)
+    monkeypatch.setattr(BatchLoop, "serve", fake_serve)
 
     async def scenario():
         pool = _pool(tmp_path)

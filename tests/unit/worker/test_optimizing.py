@@ -19,7 +19,7 @@ from handlers.tensor import TensorHandler
 from handlers.text_classifier import TextClassifier
 from handlers.text_embedding import TextEmbeddingHandler
 from serve import nn
-from serve.management.workers import _optimization
+from serve.management.worker_describe import _optimization
 from serve.worker.optimizing import optimize_handler, optimize_settings, warm_batch_sizes
 from tests.unit.handlers.vision_helpers import make_context
 
