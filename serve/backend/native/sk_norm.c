@@ -84,3 +84,48 @@ int SK_EXPORT(layernorm)(const float *x, const float *res, float *out, long long
     }
     return 0;
 }
+
+/* RMSNorm (transformers' LlamaRMSNorm, in float32), with the residual add before it fused and both results kept:
+ *   s = x[r] + res[r] (res NULL: s = x[r]);  sum_out[r] = s when sum_out is given;
+ *   out[r] = s / sqrt(mean(s^2) + eps) * gamma   (gamma NULL: no scale)
+ * Rows are `ldx`, `ldr`, `lds`, `ldo` floats apart (column slices of wider arrays). One pass for the sum of squares
+ * (writing s), one to write out. `out` may be x, res or sum_out (each element is read before it is written). */
+int SK_EXPORT(rmsnorm)(const float *x, long long ldx, const float *res, long long ldr, float *sum_out, long long lds,
+                       float *out, long long ldo, long long n, const float *gamma, float eps, long long r0,
+                       long long r1) {
+    if (n <= 0)
+        return 0;
+    for (long long r = r0; r < r1; r++) {
+        const float *xr = x + r * ldx, *rr = res ? res + r * ldr : 0;
+        float *orow = out + r * ldo, *srow = sum_out ? sum_out + r * lds : (rr ? orow : 0);
+        V acc = vzero();
+        float tail = 0.0f;
+        long long j = 0;
+        for (; j + VL <= n; j += VL) {
+            V s = vload(xr + j);
+            if (rr) {
+                s = vadd(s, vload(rr + j));
+                vstore(srow + j, s);
+            } else if (srow) {
+                vstore(srow + j, s);
+            }
+            acc = vfma(s, s, acc);
+        }
+        for (; j < n; j++) {
+            float s = xr[j] + (rr ? rr[j] : 0.0f);
+            if (srow)
+                srow[j] = s;
+            tail += s * s;
+        }
+        const float *s = srow ? srow : xr;
+        float rstd = 1.0f / sqrtf((hsum(acc) + tail) / (float)n + eps);
+        V rv = vset1(rstd);
+        for (j = 0; j + VL <= n; j += VL) {
+            V y = vmul(vload(s + j), rv);
+            vstore(orow + j, gamma ? vmul(y, vload(gamma + j)) : y);
+        }
+        for (; j < n; j++)
+            orow[j] = s[j] * rstd * (gamma ? gamma[j] : 1.0f);
+    }
+    return 0;
+}

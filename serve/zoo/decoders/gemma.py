@@ -25,6 +25,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from serve.backend import cpu_decode
 from serve.zoo.decoders.config import DecoderConfig
 from serve.zoo.decoders.layers import gelu_tanh, rms_norm
 from serve.zoo.decoders.llama import LlamaDecoder, _Block
@@ -109,5 +110,8 @@ def _language_model(weights: Weights) -> None:
 
 def gelu_and_mul(gate_up: np.ndarray) -> np.ndarray:
     """GeGLU: gelu_tanh(gate) * up, from the fused (T, 2 * intermediate) product, gate first."""
+    y = cpu_decode.glu(gate_up, "gelu_tanh")  # one native pass; None: no kernel
+    if y is not None:
+        return y
     half = gate_up.shape[-1] // 2
     return gelu_tanh(gate_up[:, :half]) * gate_up[:, half:]

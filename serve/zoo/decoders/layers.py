@@ -20,14 +20,14 @@ Decisions, and why:
   activations widened against the int8 weights in registers): a quarter of fp32's bytes per token, the decode
   step's cost; the numpy fallback dequantises per call where the native library is absent.
 - layer_norm runs the native kernel (sk_norm.c, PyTorch's LayerNorm) where it is loaded: one pass instead of
-  numpy's six.
+  numpy's six; so do rms_norm and silu_and_mul (serve.backend.cpu_decode), numpy's arithmetic where it is not.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from serve.backend import cpu_blas, cpu_int8, cpu_native, cpu_threads
+from serve.backend import cpu_blas, cpu_decode, cpu_int8, cpu_native, cpu_threads
 
 __all__ = ["Linear", "gelu_tanh", "layer_norm", "rms_norm", "silu_and_mul"]
 
@@ -79,6 +79,10 @@ class Linear:
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """x / sqrt(mean(x^2) + eps) * weight over the last axis (transformers' LlamaRMSNorm, in float32)."""
+    if x.ndim == 2 or (x.ndim > 2 and x.flags.c_contiguous):
+        y = cpu_decode.rms_norm(x.reshape(-1, x.shape[-1]), weight, eps)  # (rows, N); None: no kernel
+        if y is not None:
+            return y.reshape(x.shape)
     variance = np.mean(np.square(x), axis=-1, keepdims=True)
     return (x / np.sqrt(variance + np.float32(eps))) * weight
 
@@ -103,6 +107,9 @@ _ACTS = {"none": lambda y: y, "gelu_tanh": gelu_tanh}
 
 def silu_and_mul(gate_up: np.ndarray) -> np.ndarray:
     """SwiGLU: silu(gate) * up, from the fused (T, 2 * intermediate) product, gate first."""
+    y = cpu_decode.glu(gate_up, "silu")  # one native pass; None: no kernel
+    if y is not None:
+        return y
     half = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :half], gate_up[:, half:]
     with np.errstate(over="ignore"):  # exp(-gate) of a very negative gate is inf: silu is -0 there, as it should be

@@ -108,12 +108,14 @@ class LlamaDecoder:
         t, d = h.shape[0], c.head_dim
         qkv = b.qkv(h)  # (T, (heads + 2 kv_heads) * head_dim)
         q_end, k_end = c.num_heads * d, (c.num_heads + c.num_kv_heads) * d
+        rotated = not c.qk_norm and self.rope.apply_(qkv, c.num_heads + c.num_kv_heads, d, cos, sin)  # q, k in place
         q = qkv[:, :q_end].reshape(t, c.num_heads, d)  # (T, heads, head_dim)
         k = qkv[:, q_end:k_end].reshape(t, c.num_kv_heads, d)  # (T, kv_heads, head_dim)
         v = qkv[:, k_end:].reshape(t, c.num_kv_heads, d)
         if c.qk_norm:
             q, k = rms_norm(q, b.q_norm, c.norm_eps), rms_norm(k, b.k_norm, c.norm_eps)
-        q, k = self.rope.apply(q, cos, sin), self.rope.apply(k, cos, sin)
+        if not rotated:
+            q, k = self.rope.apply(q, cos, sin), self.rope.apply(k, cos, sin)
         cache.write(layer, k, v, batch.slot_mapping)
         scale = None if c.query_pre_attn_scalar is None else c.query_pre_attn_scalar**-0.5  # None: 1/sqrt(head_dim)
         y = paged_attention(q, cache, layer, batch, b.window, scale, c.attn_logit_softcapping)  # (T, heads, head_dim)

@@ -29,6 +29,8 @@ Decisions, and why:
   chunked), and keys of both kinds in one sequence make it babble (vLLM's per-batch switch did: its PR 27431).
   So a sequence is exactly transformers' when both pick the same factors: any sequence beyond the original
   context, and every sequence when max_model_len stays within it.
+- `apply_` rotates q's and k's heads in place where the QKV product wrote them (serve.backend.cpu_decode, one
+  native pass); `apply` is the numpy arithmetic, used where the kernel is not loaded and as its test reference.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import math
 
 import numpy as np
 
+from serve.backend import cpu_decode
 from serve.zoo.decoders.config import RopeConfig
 from serve.zoo.decoders.step import StepBatch
 
@@ -78,6 +81,12 @@ class Rope:
         for length in np.unique(seq_lens[grown]):
             out[seq_lens == length] = _dynamic(c, self.rotary_dim, int(length))
         return out
+
+    def apply_(self, x: np.ndarray, heads: int, head_dim: int, cos: np.ndarray, sin: np.ndarray) -> bool:
+        """Rotate in place the first `heads` heads of each row of x, (T, >= heads * head_dim) with contiguous
+        rows (q's and k's heads where the QKV product wrote them), natively; False (x untouched) where the kernel
+        does not apply, and the caller uses `apply`."""
+        return cpu_decode.rope_(x, heads, head_dim, self.rotary_dim, cos, sin)
 
     def apply(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         """x, (T, heads, head_dim), rotated: a new array, x is not changed."""
