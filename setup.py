@@ -17,6 +17,7 @@ SOURCES = [  # one library per ISA from all of them
     "serve/backend/native/sk_norm.c",
     "serve/backend/native/sk_paged.c",
     "serve/backend/native/sk_w8.c",
+    "serve/backend/native/sk_glu.c",
 ]
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
 AVX512 = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"]
