@@ -4,7 +4,8 @@
  *
  * Compiled three times from this one file: SK_ISA=512 (AVX-512F/DQ/BW/VL + FMA: 12x32 microkernel, 24 zmm
  * accumulators), SK_ISA=256 (AVX2 + FMA: 6x16 microkernel, 12 ymm accumulators), and SK_ISA=512 SK_BF16=1
- * (+ AVX512-BF16: everything of the 512 build, plus the bf16 GEMM / convolution at the end of the file).
+ * (+ AVX512-BF16: everything of the 512 build, plus the bf16 GEMM / convolution at the end of the file); the AMX
+ * build (SK_AMX=1, with sk_amx.c) is the last with its bf16 products renamed *_dp, sk_amx.c's tile path in front.
  *
  * Packed weight: column panels NR wide (2 vectors), K-major inside a panel, N zero-padded to a panel multiple:
  *   packed[panel][k][j] = w[k][panel * NR + j].
@@ -740,10 +741,22 @@ static void run_rows_bf16(long long nrows, long long rb, int ntaps, const bf16 *
 
 int SK_EXPORT(bf16_nr)(void) { return NR; }
 
+/* The AMX build (SK_AMX, sk_amx.c) exports the tile path under the names below and keeps these vdpbf16ps ones as
+ * its fallback and self-check reference; it writes its accumulators through this file's epilogue. */
+#if SK_AMX
+#define SK_BF16_EXPORT(name) sk_##name##_dp
+void sk_bf16_epilogue(const float *tile, int mr, int ncols, const float *bias, const float *res, long long ldr,
+                      float *out, long long ldo, int act) {
+    epilogue(tile, mr, ncols, bias, res, ldr, out, ldo, act);
+}
+#else
+#define SK_BF16_EXPORT(name) SK_EXPORT(name)
+#endif
+
 /* gemm with a bf16-packed weight: rows of a are rounded to bf16 per block of SUPER * MR rows. */
-int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 *wp, long long n,
-                         const float *bias, const float *res, long long ldr, float *out, long long ldo, int act,
-                         long long r0, long long r1) {
+int SK_BF16_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 *wp, long long n,
+                              const float *bias, const float *res, long long ldr, float *out, long long ldo, int act,
+                              long long r0, long long r1) {
     long long kpad = k + (k & 1);
     bf16 *buf = malloc(sizeof(bf16) * (size_t)(SUPER * MR * kpad));
     if (!buf)
@@ -764,10 +777,10 @@ int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const bf16 
 }
 
 /* conv2d with a bf16-packed weight (channels padded to even per tap). */
-int SK_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp,
-                           long long oc, long long kh, long long kw, long long sh, long long sw, long long pt,
-                           long long pl, long long dh, long long dw, long long oh, long long ow, const float *bias,
-                           const float *res, float *out, int act, long long p0, long long p1) {
+int SK_BF16_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long w, long long c,
+                                const bf16 *wp, long long oc, long long kh, long long kw, long long sh, long long sw,
+                                long long pt, long long pl, long long dh, long long dw, long long oh, long long ow,
+                                const float *bias, const float *res, float *out, int act, long long p0, long long p1) {
     (void)nb;
     int ntaps = (int)(kh * kw);
     long long cp = c + (c & 1);
@@ -830,7 +843,9 @@ int SK_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long long 
 #endif /* SK_BF16 */
 
 /* A trivial module init, so setuptools can build this file as an extension; Python never imports it. */
-#if SK_BF16
+#if SK_AMX
+/* sk_amx.c defines PyInit__sk_amx */
+#elif SK_BF16
 void *PyInit__sk_avx512bf16(void) { return 0; }
 #elif SK_ISA == 512
 void *PyInit__sk_avx512(void) { return 0; }

@@ -1,0 +1,422 @@
+/* The bf16 products on AMX tiles (SK_AMX=1, the _sk_amx build: the AVX512-BF16 flags plus -mamx-tile -mamx-bf16):
+ * sk_gemm_bf16 and sk_conv2d_bf16 with the signatures, the packed weight and the fp32 epilogue of serve_kernels.c's
+ * vdpbf16ps path, which this build keeps as sk_gemm_bf16_dp / sk_conv2d_bf16_dp (the fallback and the reference
+ * of the self-check). Decisions, and why:
+ *
+ * - The packed weight is already the B-tile layout: a panel of NR = 32 columns stores pairs (k, k + 1) of each
+ *   column side by side, packed[panel][k / 2][j][k % 2], so 16 pairs x 16 columns is a 16-row x 64-byte tile at a
+ *   row stride of 128 bytes (columns 16..31 start 64 bytes in), K = 32 per tile. No new packing.
+ * - 2x2 blocking: tmm4-5 hold two A tiles (32 rows x 32 bf16), tmm6-7 the panel's two B tiles, tmm0-3 the four
+ *   16x16 fp32 accumulators of a 32-row x 32-column output block; each K step is 4 loads and 4 TDPBF16PS (each
+ *   16x16x32: 16 K cycles of the engine), so the loads (2 KB each from L1/L2) stay behind the products. A block of
+ *   at most 16 rows uses one A tile and two accumulators.
+ * - One tile shape for all eight tiles (16 rows x 64 bytes), configured once per call (palette 1) and released at
+ *   the end: tails never reconfigure. Rows of A are rounded to bf16 into a contiguous buffer whose K is padded with
+ *   zeros to a multiple of 32 and whose rows are padded with zero rows to a multiple of 16; a K tail that is not a
+ *   whole B tile (pairs % 16) is copied per panel into a zero-padded 16 x 128-byte scratch tile, since reading the
+ *   panel past its end would multiply the next panel's (or unmapped) bytes by the zeros of A (0 x Inf = NaN). N is
+ *   padded to the panel at packing; the accumulators go through a 32 x 32 fp32 scratch to serve_kernels.c's
+ *   epilogue, which writes only the live rows and columns (bias, residual, activation as the fp32 kernels do).
+ * - Convolution is implicit GEMM: a block of pixels gathers its taps (tap-major, channels padded to even: the
+ *   packed weight's K order) as bf16 rows once, and every weight panel reuses them. The 1x1 stride-1 unpadded case
+ *   is a GEMM on the input rows themselves.
+ * - Fewer than SK_AMX_MIN_ROWS rows (a decode step's 1..7) stay on vdpbf16ps: a tile product always costs 16 rows,
+ *   so at m rows it does 16 / m times the needed work (8x at 2 rows), while either path then streams the same
+ *   weight bytes, which set the time of such a product; the vector path also skips the tile configuration and the
+ *   accumulators' round trip through memory. From 8 rows the engine's 1024 bf16 FLOP/cycle, half wasted, still
+ *   beat the vector units' 64-128.
+ * - Nothing runs on tiles until Python has turned it on (sk_amx_enable) after sk_amx_request (Linux's
+ *   arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) and sk_amx_selfcheck passed: a fork()ed child runs small
+ *   GEMMs and a convolution on tiles, compares them with the vdpbf16ps path and _exit()s with its verdict; the
+ *   parent waits a bounded time, so a fault, a hang or a wrong answer leaves the tiles off.
+ * - -DSK_AMX_EMULATE replaces the tile instructions by a software tile file that checks what the hardware would
+ *   fault on or silently mis-compute (tests/unit/backend/amx_emulator/sk_amx_emu.h), for machines without AMX;
+ *   SK_AMX_REGION tells it which memory each load and store may touch. */
+#define _GNU_SOURCE /* fork, kill, nanosleep, syscall under -std=c11 */
+#if SK_AMX
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sk_isa.h"
+
+#ifdef SK_AMX_EMULATE
+#include "sk_amx_emu.h"
+#else
+#define SK_AMX_REGION(slot, ptr, bytes) ((void)0)
+#endif
+
+#define NR 32       /* the packed panel's columns (serve_kernels.c's NR at SK_ISA=512) */
+#define TROWS 16    /* rows of every tile */
+#define TK 32       /* bf16 per A-tile row: K per tile step */
+#define BTILE 1024  /* bf16 in one K step of a panel: 16 pairs x 32 columns x 2 */
+#ifndef SK_AMX_MIN_ROWS
+#define SK_AMX_MIN_ROWS 8
+#endif
+#define A_BLOCK_BYTES (256 * 1024) /* bf16 rows of A converted at once */
+#define B_GROUP_BYTES (1024 * 1024) /* panels of weight kept in L2 while the rows run over them */
+
+typedef uint16_t bf16;
+
+int sk_gemm_bf16_dp(const float *a, long long lda, long long k, const bf16 *wp, long long n, const float *bias,
+                    const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1);
+int sk_conv2d_bf16_dp(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp,
+                      long long oc, long long kh, long long kw, long long sh, long long sw, long long pt, long long pl,
+                      long long dh, long long dw, long long oh, long long ow, const float *bias, const float *res,
+                      float *out, int act, long long p0, long long p1);
+void sk_bf16_epilogue(const float *tile, int mr, int ncols, const float *bias, const float *res, long long ldr,
+                      float *out, long long ldo, int act);
+
+static int amx_on = 0;                           /* set by sk_amx_enable once the self-check passed */
+static long long amx_min_rows = SK_AMX_MIN_ROWS; /* fewer rows per call stay on vdpbf16ps */
+
+/* ---------------------------------------------------------------- tile configuration */
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) TileConfig;
+
+static void tiles_configure(void) {
+    TileConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = TROWS;
+        cfg.colsb[t] = 64;
+    }
+#ifdef SK_AMX_EMULATE
+    _tile_loadconfig(&cfg);
+#else
+    /* the whole 64-byte struct as the operand: gcc 12's _tile_loadconfig declares only 8 bytes read */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+#endif
+}
+
+/* ---------------------------------------------------------------- A rows as bf16 */
+
+/* dst[i] = bf16(src[i]) (nearest even, as serve_kernels.c's to_bf16) for i < n, zeros for n <= i < npad. */
+static void round_row(const float *src, long long n, bf16 *dst, long long npad) {
+    long long i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm512_storeu_si512(dst + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
+                                                                  _mm512_loadu_ps(src + i)));
+    for (; i < n; i += 16) {
+        __mmask16 m = vmask((int)(n - i));
+        _mm256_mask_storeu_epi16(dst + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+    if (npad > n)
+        memset(dst + n, 0, sizeof(bf16) * (size_t)(npad - n));
+}
+
+/* ---------------------------------------------------------------- the tile kernel */
+
+/* Shared by one call's blocks: the bf16 A rows (kt * TK per row), the weight, and the per-panel K-tail tiles. */
+typedef struct {
+    long long kp, kfull, kt, n, npanels, ldr, ldo;
+    const bf16 *wp, *btail;
+    const float *bias;
+    int act;
+} Plan;
+
+/* One 32 x 32 output block (rows r .. r + mr - 1 of abuf, panel p): C += A . B over all K steps, then the epilogue
+ * writes the live mr rows and ncols columns. */
+static void tile_block(const Plan *pl, const bf16 *abuf, long long p, int mr, const float *res, float *out) {
+    const long long lda = pl->kt * TK * (long long)sizeof(bf16);
+    const bf16 *b = pl->wp + p * pl->kp * 2 * NR;
+    float acc[2 * TROWS * NR] __attribute__((aligned(64)));
+    SK_AMX_REGION(3, acc, sizeof(acc));
+    _tile_zero(0);
+    _tile_zero(1);
+    if (mr > TROWS) {
+        _tile_zero(2);
+        _tile_zero(3);
+        for (long long t = 0; t < pl->kt; t++) {
+            const bf16 *bt = t < pl->kfull ? b + t * BTILE : pl->btail + p * BTILE;
+            _tile_loadd(4, abuf + t * TK, lda);
+            _tile_loadd(5, abuf + TROWS * pl->kt * TK + t * TK, lda);
+            _tile_loadd(6, bt, 2 * NR * sizeof(bf16));
+            _tile_loadd(7, bt + NR, 2 * NR * sizeof(bf16));
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(2, acc + TROWS * NR, NR * sizeof(float));
+        _tile_stored(3, acc + TROWS * NR + TROWS, NR * sizeof(float));
+    } else {
+        for (long long t = 0; t < pl->kt; t++) {
+            const bf16 *bt = t < pl->kfull ? b + t * BTILE : pl->btail + p * BTILE;
+            _tile_loadd(4, abuf + t * TK, lda);
+            _tile_loadd(6, bt, 2 * NR * sizeof(bf16));
+            _tile_loadd(7, bt + NR, 2 * NR * sizeof(bf16));
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+    }
+    _tile_stored(0, acc, NR * sizeof(float));
+    _tile_stored(1, acc + TROWS, NR * sizeof(float));
+    long long ncols = pl->n - p * NR < NR ? pl->n - p * NR : NR;
+    sk_bf16_epilogue(acc, mr, (int)ncols, pl->bias ? pl->bias + p * NR : NULL, res ? res + p * NR : NULL, pl->ldr,
+                     out + p * NR, pl->ldo, pl->act);
+}
+
+/* All panels over `rows` rows of abuf (row r writes out + r * ldo, reads res + r * ldr): panel groups that stay
+ * in L2 while every 32-row block runs over them. */
+static void tile_rows(const Plan *pl, const bf16 *abuf, long long rows, const float *res, float *out) {
+    long long group = B_GROUP_BYTES / (pl->kp * 2 * NR * (long long)sizeof(bf16));
+    group = group < 1 ? 1 : group > pl->npanels ? pl->npanels : group;
+    for (long long p0 = 0; p0 < pl->npanels; p0 += group) {
+        long long p1 = p0 + group < pl->npanels ? p0 + group : pl->npanels;
+        for (long long r = 0; r < rows; r += 2 * TROWS) {
+            int mr = (int)(rows - r < 2 * TROWS ? rows - r : 2 * TROWS);
+            for (long long p = p0; p < p1; p++)
+                tile_block(pl, abuf + r * pl->kt * TK, p, mr, res ? res + r * pl->ldr : NULL, out + r * pl->ldo);
+        }
+    }
+}
+
+/* The call's plan, its K-tail tiles (NULL when K is whole tiles) and an A buffer of *mb rows (a multiple of 32);
+ * returns NULL when out of memory. */
+static bf16 *plan_call(Plan *pl, long long kp, const bf16 *wp, long long n, const float *bias, long long ldr,
+                       long long ldo, int act, long long rows, long long *mb) {
+    pl->kp = kp, pl->kfull = kp / TROWS, pl->kt = (kp + TROWS - 1) / TROWS, pl->n = n;
+    pl->npanels = (n + NR - 1) / NR, pl->ldr = ldr, pl->ldo = ldo, pl->wp = wp, pl->bias = bias, pl->act = act;
+    pl->btail = NULL;
+    long long row_bytes = pl->kt * TK * (long long)sizeof(bf16), want = A_BLOCK_BYTES / row_bytes / 32 * 32;
+    long long need = (rows + 31) / 32 * 32;
+    *mb = want < 32 ? 32 : want > need ? need : want;
+    long long tail = kp % TROWS, tail_elems = tail ? pl->npanels * BTILE : 0;
+    bf16 *buf = aligned_alloc(64, (size_t)(*mb * row_bytes + tail_elems * (long long)sizeof(bf16)));
+    if (!buf)
+        return NULL;
+    SK_AMX_REGION(0, buf, (size_t)(*mb * row_bytes + tail_elems * (long long)sizeof(bf16)));
+    SK_AMX_REGION(1, wp, (size_t)(pl->npanels * kp * 2 * NR * (long long)sizeof(bf16)));
+    if (tail) {
+        bf16 *bt = buf + *mb * pl->kt * TK;
+        memset(bt, 0, sizeof(bf16) * (size_t)tail_elems);
+        for (long long p = 0; p < pl->npanels; p++)
+            memcpy(bt + p * BTILE, wp + (p * kp + pl->kfull * TROWS) * 2 * NR, sizeof(bf16) * (size_t)(tail * 2 * NR));
+        pl->btail = bt;
+    }
+    return buf;
+}
+
+static int tile_gemm(const float *a, long long lda, long long k, const bf16 *wp, long long n, const float *bias,
+                     const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1) {
+    Plan pl;
+    long long mb, kpad = k + (k & 1);
+    bf16 *abuf = plan_call(&pl, kpad / 2, wp, n, bias, ldr, ldo, act, r1 - r0, &mb);
+    if (!abuf)
+        return -1;
+    long long width = pl.kt * TK;
+    tiles_configure();
+    for (long long m0 = r0; m0 < r1; m0 += mb) {
+        long long rows = r1 - m0 < mb ? r1 - m0 : mb, padded = (rows + TROWS - 1) / TROWS * TROWS;
+        for (long long i = 0; i < rows; i++)
+            round_row(a + (m0 + i) * lda, k, abuf + i * width, width);
+        memset(abuf + rows * width, 0, sizeof(bf16) * (size_t)((padded - rows) * width));
+        tile_rows(&pl, abuf, rows, res ? res + m0 * ldr : NULL, out + m0 * ldo);
+    }
+    _tile_release();
+    free(abuf);
+    return 0;
+}
+
+static int tile_conv(const float *x, long long h, long long w, long long c, const bf16 *wp, long long oc,
+                     long long kh, long long kw, long long sh, long long sw, long long pt, long long pl_,
+                     long long dh, long long dw, long long oh, long long ow, const float *bias, const float *res,
+                     float *out, int act, long long p0, long long p1) {
+    Plan pl;
+    long long mb, cp = c + (c & 1), ntaps = kh * kw;
+    bf16 *abuf = plan_call(&pl, ntaps * cp / 2, wp, oc, bias, oc, oc, act, p1 - p0, &mb);
+    if (!abuf)
+        return -1;
+    long long width = pl.kt * TK;
+    tiles_configure();
+    for (long long m0 = p0; m0 < p1; m0 += mb) {
+        long long rows = p1 - m0 < mb ? p1 - m0 : mb, padded = (rows + TROWS - 1) / TROWS * TROWS;
+        for (long long i = 0; i < rows; i++) { /* pixel m0 + i: its taps, tap-major, each cp wide */
+            long long pix = m0 + i, ox = pix % ow, oy = (pix / ow) % oh, b = pix / (ow * oh);
+            bf16 *dst = abuf + i * width;
+            for (long long ky = 0; ky < kh; ky++) {
+                long long iy = oy * sh - pt + ky * dh;
+                for (long long kx = 0; kx < kw; kx++, dst += cp) {
+                    long long ix = ox * sw - pl_ + kx * dw;
+                    if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                        round_row(x + ((b * h + iy) * w + ix) * c, c, dst, cp);
+                    else
+                        memset(dst, 0, sizeof(bf16) * (size_t)cp);
+                }
+            }
+            memset(dst, 0, sizeof(bf16) * (size_t)(width - ntaps * cp));
+        }
+        memset(abuf + rows * width, 0, sizeof(bf16) * (size_t)((padded - rows) * width));
+        tile_rows(&pl, abuf, rows, res ? res + m0 * oc : NULL, out + m0 * oc);
+    }
+    _tile_release();
+    free(abuf);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- exported entry points */
+
+int sk_gemm_bf16(const float *a, long long lda, long long k, const bf16 *wp, long long n, const float *bias,
+                 const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1) {
+    if (!amx_on || r1 - r0 < amx_min_rows)
+        return sk_gemm_bf16_dp(a, lda, k, wp, n, bias, res, ldr, out, ldo, act, r0, r1);
+    return tile_gemm(a, lda, k, wp, n, bias, res, ldr, out, ldo, act, r0, r1);
+}
+
+int sk_conv2d_bf16(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp, long long oc,
+                   long long kh, long long kw, long long sh, long long sw, long long pt, long long pl, long long dh,
+                   long long dw, long long oh, long long ow, const float *bias, const float *res, float *out, int act,
+                   long long p0, long long p1) {
+    if (!amx_on || p1 - p0 < amx_min_rows)
+        return sk_conv2d_bf16_dp(x, nb, h, w, c, wp, oc, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, bias, res, out, act,
+                                 p0, p1);
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w)
+        return tile_gemm(x, c, c, wp, oc, bias, res, oc, out, oc, act, p0, p1);
+    return tile_conv(x, h, w, c, wp, oc, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, bias, res, out, act, p0, p1);
+}
+
+/* 0 when this process may use the tile registers (Linux granted XTILEDATA), else -1. */
+int sk_amx_request(void) {
+#ifdef SK_AMX_EMULATE
+    return 0;
+#else
+    unsigned long long bits = 0;
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) != 0)
+        return -1;
+    if (syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &bits) != 0 || !(bits & (1ull << 18)))
+        return -1;
+    return 0;
+#endif
+}
+
+/* Turns the tile path on (1) or off (0); returns the previous state. min_rows > 0 also sets the smallest call (rows
+ * or pixels) that uses tiles (tests force 1 to run every tail on tiles). */
+int sk_amx_enable(int on, long long min_rows) {
+    int previous = amx_on;
+    amx_on = on;
+    if (min_rows > 0)
+        amx_min_rows = min_rows;
+    return previous;
+}
+
+/* ---------------------------------------------------------------- the self-check */
+
+static uint32_t lcg_state;
+static float lcg(void) { /* uniform in [-1, 1) */
+    lcg_state = lcg_state * 1664525u + 1013904223u;
+    return (float)(lcg_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+static bf16 lcg_bf16(void) {
+    float f = lcg();
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (bf16)(u >> 16);
+}
+
+static int close_enough(const float *got, const float *want, long long count) {
+    for (long long i = 0; i < count; i++) {
+        float d = got[i] - want[i], tol = 1e-3f * (1.0f + (want[i] < 0 ? -want[i] : want[i]));
+        if (!(d <= tol && -d <= tol))
+            return 0;
+    }
+    return 1;
+}
+
+/* One GEMM (m, k, n) and one convolution on tiles against vdpbf16ps; 0 when they agree, 1 when not, 2 no memory. */
+static int check_one(long long m, long long k, long long n, int act, int conv) {
+    long long nb = 1, h = 5, w = conv ? m / 5 : 1, kh = conv ? 3 : 1, taps = kh * kh, c = k;
+    long long rows = conv ? nb * h * w : m, kp = conv ? taps * ((c + 1) / 2) : (k + 1) / 2, np = (n + NR - 1) / NR;
+    float *a = malloc(sizeof(float) * (size_t)(rows * c)), *bias = malloc(sizeof(float) * (size_t)n);
+    float *res = malloc(sizeof(float) * (size_t)(rows * n)), *o1 = malloc(sizeof(float) * (size_t)(rows * n));
+    float *o2 = malloc(sizeof(float) * (size_t)(rows * n));
+    bf16 *wp = malloc(sizeof(bf16) * (size_t)(np * kp * 2 * NR));
+    int verdict = 2;
+    if (a && bias && res && o1 && o2 && wp) {
+        for (long long i = 0; i < rows * c; i++)
+            a[i] = lcg();
+        for (long long i = 0; i < rows * n; i++)
+            res[i] = lcg();
+        for (long long i = 0; i < n; i++)
+            bias[i] = lcg();
+        for (long long i = 0; i < np * kp * 2 * NR; i++)
+            wp[i] = lcg_bf16();
+        int e1, e2;
+        if (conv) {
+            e1 = sk_conv2d_bf16(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o1, act, 0, rows);
+            e2 = sk_conv2d_bf16_dp(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o2, act, 0,
+                                   rows);
+        } else {
+            e1 = sk_gemm_bf16(a, k, k, wp, n, bias, res, n, o1, n, act, 0, rows);
+            e2 = sk_gemm_bf16_dp(a, k, k, wp, n, bias, res, n, o2, n, act, 0, rows);
+        }
+        verdict = e1 || e2 ? 2 : close_enough(o1, o2, rows * n) ? 0 : 1;
+    }
+    free(a), free(bias), free(res), free(o1), free(o2), free(wp);
+    return verdict;
+}
+
+static int run_checks(void) {
+    static const long long shapes[][5] = {/* m, k, n, act, conv */
+                                          {37, 70, 45, 1, 0}, {64, 64, 64, 0, 0}, {16, 33, 32, 3, 0},
+                                          {9, 512, 96, 0, 0}, {40, 19, 40, 2, 1}};
+    lcg_state = 12345u;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        int v = check_one(shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4]);
+        if (v)
+            return v;
+    }
+    return 0;
+}
+
+/* Runs the check in a fork()ed child, single-threaded, with the tiles on, waiting at most timeout_ms. Returns 0
+ * when it passed; 1 a mismatch, 2 the child ran out of memory or was refused the tiles, 3 it did not finish in
+ * time (killed), 4 fork failed, 128 + n it died of signal n (SIGILL: no AMX after all). */
+int sk_amx_selfcheck(int timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0)
+        return 4;
+    if (pid == 0) {
+        if (sk_amx_request() != 0)
+            _exit(2);
+        amx_on = 1;
+        amx_min_rows = 1;
+        _exit(run_checks());
+    }
+    struct timespec step = {0, 1000000};
+    int status = 0;
+    for (long long waited = 0;; waited++) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            break;
+        if (got < 0)
+            return 4;
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return 3;
+        }
+        nanosleep(&step, NULL);
+    }
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+}
+
+#ifdef SK_AMX_EMULATE
+void *PyInit__sk_amx_emu(void) { return 0; }
+#else
+/* A trivial module init, so setuptools can build this file as an extension; Python never imports it. */
+void *PyInit__sk_amx(void) { return 0; }
+#endif
+#endif /* SK_AMX */
