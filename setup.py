@@ -2,7 +2,8 @@
 sk_isa.h) three times: AVX-512 and AVX2 shared libraries (the fp32 kernels), and AVX-512 with AVX512-BF16 (the same
 plus the bfloat16 products), loaded with ctypes by serve/backend/cpu_native.py, which picks what the CPU runs at run
 time. A compiler failure never fails the install: serve then runs its numpy kernels (or without the bf16 products,
-for the third build)."""
+for the third build). A fourth, `_sk_amx`, is the third plus AMX (sk_amx.c: the bf16 products on tiles), used only
+where cpu_native's self-check passes on the CPU; a compiler without the AMX flags only loses that build."""
 
 import os
 import platform
@@ -21,11 +22,14 @@ SOURCES = [  # one library per ISA from all of them
 ]
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
 AVX512 = ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-DSK_ISA=512"]
+AMX = ["-mamx-tile", "-mamx-bf16", "-mamx-int8", "-DSK_AMX=1"]
 ISAS = {
     "_sk_avx512": AVX512,
     "_sk_avx2": ["-mavx2", "-mfma", "-DSK_ISA=256"],
     "_sk_avx512bf16": AVX512 + ["-mavx512bf16", "-DSK_BF16=1"],
+    "_sk_amx": AVX512 + ["-mavx512bf16", "-mavx512vnni", "-DSK_BF16=1"] + AMX,
 }
+EXTRA_SOURCES = {"_sk_amx": ["serve/backend/native/sk_amx.c"]}  # beside SOURCES, in that build only
 
 
 class OptionalBuildExt(build_ext):
@@ -51,7 +55,7 @@ class OptionalBuildExt(build_ext):
 extensions = [
     Extension(
         f"serve.backend.native.{name}",
-        SOURCES,
+        SOURCES + EXTRA_SOURCES.get(name, []),
         depends=[HEADER],
         extra_compile_args=COMMON + flags,
         extra_link_args=["-s"],
