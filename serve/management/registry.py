@@ -14,63 +14,41 @@ Messages and statuses are TorchServe's (spec sections 2.1-2.6). Decisions on its
 - Unregistering without a version removes the default version; while other versions exist that is refused with
   403, as TorchServe does. The version's queued and running requests are answered first (up to
   unregister_model_timeout; then 408 and the rest fail with 503).
-- `health()` checks every version, not only default ones: unhealthy when a version that should have workers has
-  none left that is ready or (re)starting within its retry window (pain point 4), and, for a startup model
-  version, as long as none of its workers is READY (a handler that crash-loops never makes the server healthy).
+- `health()` is not ok while the startup models load, nor ever when one of them could not be registered; otherwise
+  it is the health of every version (model_table.py).
 - A 503 for a version with no worker carries the load error describe shows, when its workers failed to load; a
   request to a version whose every worker failed its last load is that 503 at once (TorchServe queues it).
 - A synchronous scale that ends with no READY worker (though one was asked for) is that 503, not a 200.
-- The list's nextPageToken is given only when another page exists (TorchServe also gives it when the page ended
-  exactly at the last model, pointing at an empty page).
-- A name or version a client sent is echoed back (404s) only as `serve.archive.shown` bounds and escapes it.
-- Statuses TorchServe uses and serve.errors has no class for (409 conflict, 403, 408) ride on the exception's
-  `code` attribute, which the frontends' error table honours.
 Every change (register, unregister, scale, set-default) writes a config snapshot unless `ncs` is set.
-Every request for workers passes the caps of serve/management/limits.py before anything is forked; a `handler`
-given at registration must be a built-in or a file of the archive (400, not a load failure in every worker); an
-archive is extracted only within `max_extracted_bytes_total` (serve/management/admission.py).
+Every request for workers passes the caps of serve/management/limits.py before anything is forked. What a
+registration checks, in order, and undoes when it fails: registration.py. The versions and what is read off them
+(lookups and their 404s, the list's pages, the snapshot, per-version health): model_table.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import uuid
 from pathlib import Path
 from typing import Any
 
-from serve.archive import check_model_name, shown
+from serve.archive import shown
 from serve.batching import DESCRIBE, InferenceRequest, InferenceResponse, Job
 from serve.config import Settings
-from serve.errors import (
-    ConfigError,
-    InvalidInput,
-    ModelLoadError,
-    ModelNotFound,
-    ModelNotReady,
-    RequestTimeout,
-    ServeError,
-)
-from serve.management.admission import ExtractionBudget, check_handler
+from serve.errors import ConfigError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, RequestTimeout
 from serve.management.limits import check_worker_counts
-from serve.management.model_version import ModelVersion, check_params, resolve_config
-from serve.management.requirements import install_requirements, remove_deps
+from serve.management.model_table import ModelTable
+from serve.management.model_version import ModelVersion, check_params
+from serve.management.registration import Registrar, check_runtime, with_code, worker_names
 from serve.management.sequences import SEQUENCE_ID
 from serve.management.snapshot import write_snapshot
 from serve.management.startup import check_snapshot_archives, load_models, snapshot_defaults, snapshot_models
-from serve.management.urls import resolve_url
 from serve.management.workers import no_worker_error
 from serve.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
-FIRST_WORKER_ID = 9000  # TorchServe's worker ids are ports from 9000
-
-
-def _with_code(error: ServeError, code: int) -> ServeError:
-    error.code = code  # type: ignore[attr-defined]
-    return error
 
 
 class ModelRegistry:
@@ -78,17 +56,12 @@ class ModelRegistry:
 
     def __init__(self, settings: Settings, metrics: ServerMetrics) -> None:
         self.settings, self.metrics = settings, metrics
-        self._models: dict[str, dict[str, ModelVersion]] = {}
-        self._defaults: dict[str, str] = {}
-        self._ids = itertools.count(FIRST_WORKER_ID)
-        self._lock = asyncio.Lock()
+        self._table = ModelTable()
+        self._registrar = Registrar(settings, metrics, self._table)
         self._closing = False
         self._starting = True  # until start() has loaded the startup models: /ping is not ready before that
         self._started = False  # start() registered the startup models: a shutdown snapshot then records the models
         self._refused: list[str] = []  # startup models that could not be registered: the start is refused
-        self._budget = ExtractionBudget(settings.max_extracted_bytes_total)
-        self._unsaved: set[str] = set()  # models left out of snapshots (a workflow's nodes: serve/workflows)
-        self._unlisted: set[str] = set()  # models made by the server, not from a url: not in GET /models
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -108,8 +81,8 @@ class ModelRegistry:
             registered = self._registered_or_refuse(jobs, added)
             await asyncio.gather(*(self._wait_at_startup(mv, started) for mv, started in registered))
             for name, version in snapshot_defaults(snapshot):
-                if version in self._models.get(name, {}):
-                    self._defaults[name] = version
+                if self._table.has(name, version):
+                    self._table.set_default(name, version)
             self._save("startup")
             self._started = True
         finally:
@@ -120,15 +93,13 @@ class ModelRegistry:
         if self._started and not self._closing:
             self._save("shutdown")
         self._closing = True
-        versions = [mv for versions in self._models.values() for mv in versions.values()]
-        await asyncio.gather(*(mv.close(timeout) for mv in versions), return_exceptions=True)
-        self._models.clear()
-        self._defaults.clear()
+        await asyncio.gather(*(mv.close(timeout) for mv in self._table.all()), return_exceptions=True)
+        self._table.clear()
 
     async def _add_at_startup(self, url: str, model_name: str | None, workers: tuple[Any, Any] = (None, None),
                               **params: Any) -> tuple[ModelVersion, list[asyncio.Future[None]]]:  # fmt: skip
         """Register one startup model and start its workers; (the version, the workers started)."""
-        mv = await self._add(url, model_name, None, None, params, loaded_at_startup=True)
+        mv = await self._registrar.add(url, model_name, None, params, loaded_at_startup=True)
         low, high = workers
         low = mv.config.min_workers if low is None else low
         high = max(low, mv.config.max_workers if high is None else high)
@@ -175,17 +146,13 @@ class ModelRegistry:
         snapshots."""
         if url is None:
             raise InvalidInput("Parameter url is required.")
-        _check_runtime(runtime)
+        check_runtime(runtime)
         params = {"batch_size": batch_size, "max_batch_delay": max_batch_delay, "initial_workers": initial_workers,
                   "response_timeout": response_timeout, "startup_timeout": startup_timeout}  # fmt: skip
         check_params(params)
-        mv = await self._add(url, model_name, handler, runtime, params, local_path=local_path)
+        mv = await self._registrar.add(url, model_name, handler, params, local_path=local_path, snapshot=snapshot)
         name, version = mv.name, mv.version
-        if not snapshot:
-            self._unsaved.add(name)
-        if local_path is not None:
-            self._unlisted.add(name)
-        low, high = _worker_names(params)
+        low, high = worker_names(params)
         try:
             started = self._scale(mv, (low, mv.config.min_workers), (high, mv.config.max_workers))
         except InvalidInput:
@@ -205,21 +172,21 @@ class ModelRegistry:
         return f'Model "{name}" Version: {version} registered with {len(started)} initial workers'
 
     async def unregister(self, name: str, version: str | None = None) -> str:
-        versions = self._versions(name)
-        version = self._defaults[name] if version is None else version
+        versions = self._table.versions(name)
+        version = self._table.default(name) if version is None else version
         if version not in versions:
             raise ModelNotFound(f"Model version: {shown(version)} does not exist for model: {name}")
-        if version == self._defaults[name] and len(versions) > 1:
-            raise _with_code(InvalidInput(f"Cannot remove default version for model {name}; set another default "
-                                          "version first, or remove the other versions"), 403)  # fmt: skip
+        if version == self._table.default(name) and len(versions) > 1:
+            raise with_code(InvalidInput(f"Cannot remove default version for model {name}; set another default "
+                                         "version first, or remove the other versions"), 403)  # fmt: skip
         if not await self._remove(name, version):
-            raise _with_code(RequestTimeout(f"Timed out while cleaning resources: {name}"), 408)
+            raise with_code(RequestTimeout(f"Timed out while cleaning resources: {name}"), 408)
         return f'Model "{name}" unregistered'
 
     async def scale(self, name: str, version: str | None, min_worker: int | None, max_worker: int | None,
                     synchronous: bool = False, timeout: float | None = None) -> str:  # fmt: skip
         """TorchServe's scale workers: min_worker defaults to 1, max_worker to min_worker."""
-        mv = self._version(name, version)
+        mv = self._table.version(name, version)
         low = 1 if min_worker is None else min_worker
         high = low if max_worker is None else max_worker
         for key, value in (("min_worker", low), ("max_worker", high)):
@@ -244,29 +211,28 @@ class ModelRegistry:
         return f"Workers scaled to {low} for model: {name}" + (f", version: {version}" if version else "")
 
     def set_default(self, name: str, version: str) -> str:
-        versions = self._versions(name)
-        if version not in versions:
+        if version not in self._table.versions(name):
             raise ModelNotFound(f"Model version {shown(version)} does not exist for model {name}")
-        self._defaults[name] = version
+        self._table.set_default(name, version)
         self._save()
         return f'Default version successfully updated for model "{name}" to "{version}"'
 
     def model_config(self, name: str, version: str | None = None) -> dict[str, Any]:
         """The archive's model-config YAML (parsed) of a version (the default one when `version` is None)."""
-        return dict(self._version(name, version).archive.model_config)
+        return dict(self._table.version(name, version).archive.model_config)
 
     def model_dir(self, name: str, version: str | None = None) -> Path:
         """The directory the version's archive was extracted to (its extra files: a label file, say)."""
-        return Path(self._version(name, version).archive.model_dir)
+        return Path(self._table.version(name, version).archive.model_dir)
 
     def describe(self, name: str, version: str | None = None, all_versions: bool = False) -> list[dict[str, Any]]:
         if all_versions:
-            return [mv.describe() for mv in self._versions(name).values()]
-        return [self._version(name, version).describe()]
+            return [mv.describe() for mv in self._table.versions(name).values()]
+        return [self._table.version(name, version).describe()]
 
     async def describe_custom(self, name: str, version: str | None) -> list[dict[str, Any]]:
         """Describe plus `customizedMetadata`: the handler's describe_handle() run on a worker (never batched)."""
-        mv = self._version(name, version)
+        mv = self._table.version(name, version)
         if not mv.pool.can_serve():
             raise ModelNotReady(f'Model "{name}" has no worker to serve describe request. Please use scale workers '
                                 "API to add workers.")  # fmt: skip
@@ -278,24 +244,15 @@ class ModelRegistry:
         return [entry]
 
     def list_models(self, limit: int = 100, next_page_token: int = 0) -> dict[str, Any]:
-        """One page of the default versions; a token past the last model is an empty page, as a client paging
-        while models are removed expects (the dataplane checks the rest)."""
-        limit = 100 if limit > 100 or limit < 0 else limit
-        start = max(next_page_token, 0)
-        names = sorted(n for n in self._models if n not in self._unlisted)
-        out: dict[str, Any] = {}
-        if start + limit < len(names):
-            out["nextPageToken"] = str(start + limit)
-        out["models"] = [{"modelName": n, "modelUrl": self._models[n][self._defaults[n]].url}
-                         for n in names[start : start + limit]]  # fmt: skip
-        return out
+        """One page of the default versions (model_table.py; the dataplane checks the arguments)."""
+        return self._table.page(limit, next_page_token)
 
     # ---- inference ---------------------------------------------------------------------------------------------
 
     async def submit(self, name: str, version: str | None, request: InferenceRequest) -> InferenceResponse:
         """Queue the request on the version's workers and wait for its answer. ModelNotFound, ModelNotReady,
         QueueFull (at once), RequestTimeout, WorkerError, or PredictionException (the handler failed the batch)."""
-        mv = self._version(name, version)
+        mv = self._table.version(name, version)
         if self._closing or not mv.pool.can_serve() or mv.pool.loading_fails():
             raise no_worker_error(f'"{name}"' + (f" Version {version}" if version else ""), mv.pool.load_error())
         job = Job.create(request)
@@ -318,109 +275,28 @@ class ModelRegistry:
             return False, {"status": f"Unhealthy: startup model(s) could not be registered: {'; '.join(self._refused)}"}
         if self._starting:
             return False, {"status": "Starting: the startup models are loading"}
-        details: dict[str, Any] = {}
-        healthy = True
-        for name, versions in self._models.items():
-            for version, mv in versions.items():
-                pool = mv.pool
-                ok = pool.healthy() and (not mv.loaded_at_startup or pool.min_workers == 0 or pool.live > 0)
-                healthy = healthy and ok
-                entry: dict[str, Any] = {
-                    "status": "Healthy" if ok else "Unhealthy", "liveWorkers": pool.live,
-                    "minWorkers": mv.config.min_workers,
-                }  # fmt: skip
-                details.setdefault(name, {})[version] = entry
-                if not ok and pool.load_error():
-                    entry["lastError"] = pool.load_error()
-        return healthy, details
+        return self._table.health()
 
     def snapshot(self) -> dict[str, Any]:
         """TorchServe's snapshot `models` structure: {name: {version: {defaultVersion, marName, ...}}}."""
-        return {name: {v: mv.snapshot_entry(v == self._defaults.get(name)) for v, mv in versions.items()}
-                for name, versions in self._models.items() if name not in self._unsaved}  # fmt: skip
+        return self._table.snapshot()
 
     # ---- internals ---------------------------------------------------------------------------------------------
 
-    def _versions(self, name: str) -> dict[str, ModelVersion]:
-        versions = self._models.get(name)
-        if not versions:
-            raise ModelNotFound(f"Model not found: {shown(name)}")
-        return versions
-
-    def _version(self, name: str, version: str | None) -> ModelVersion:
-        versions = self._versions(name)
-        mv = versions.get(self._defaults[name] if version is None else version)
-        if mv is None:
-            raise ModelNotFound(f"Model version: {shown(version)} does not exist for model: {name}")
-        return mv
-
-    async def _add(self, url: str, model_name: str | None, handler: str | None, runtime: str | None,
-                   params: dict[str, Any], loaded_at_startup: bool = False,
-                   local_path: Path | None = None) -> ModelVersion:  # fmt: skip
-        """Open the archive and register its version (no workers yet); 409 when that version exists."""
-        path, downloaded = (local_path, False) if local_path is not None else await resolve_url(url, self.settings)
-        try:
-            archive = await self._budget.open(path)
-        except BaseException:
-            if downloaded:
-                path.unlink(missing_ok=True)
-            raise
-        deps: Path | None = None
-        try:
-            name = model_name or archive.model_name
-            check_model_name(name)
-            if handler is not None:
-                check_handler(archive, handler)
-            deps = await asyncio.to_thread(install_requirements, archive, name, self.settings)
-            async with self._lock:
-                if archive.model_version in self._models.get(name, {}):
-                    raise _with_code(InvalidInput(f"Model version {archive.model_version} is already registered for "
-                                                  f"model {name}"), 409)  # fmt: skip
-                config = resolve_config(self.settings, name, archive.model_version, archive.model_config, params)
-                low, high = _worker_names(params)
-                where = f"model {name} version {archive.model_version}"
-                check_worker_counts(self.settings, where, (low, config.min_workers), (high, config.max_workers),
-                                    current=0, others=self._workers_except(None))  # fmt: skip
-                mv = ModelVersion(name, archive, url, config, self.settings, self.metrics, self._next_id,
-                                  handler=handler, loaded_at_startup=loaded_at_startup,
-                                  downloaded=path if downloaded else None,
-                                  workers_running=lambda: self._workers_except(None), deps_dir=deps)  # fmt: skip
-                self._models.setdefault(name, {})[mv.version] = mv
-                self._defaults.setdefault(name, mv.version)
-        except BaseException:
-            self._budget.release(archive)
-            await asyncio.to_thread(remove_deps, deps)
-            await asyncio.to_thread(_discard, archive, path if downloaded else None)
-            raise
-        return mv
-
     async def _remove(self, name: str, version: str) -> bool:
         """Take the version out of routing, then drain and close it; False when draining timed out."""
-        versions = self._models[name]
-        mv = versions.pop(version)
-        if not versions:
-            del self._models[name]
-            del self._defaults[name]
-            self._unsaved.discard(name)
-            self._unlisted.discard(name)
+        mv = self._table.pop(name, version)
         self._save()
         drained = await mv.close(self.settings.unregister_model_timeout)
-        self._budget.release(mv.archive)
+        self._registrar.release(mv)
         self.metrics.remove_model(name, version)
         return drained
 
     def _scale(self, mv: ModelVersion, low: tuple[str, int], high: tuple[str, int]) -> list[asyncio.Future[None]]:
         """Scale `mv` to (low, high) once the worker caps allow it (InvalidInput naming the cap otherwise)."""
         check_worker_counts(self.settings, f"model {mv.name} version {mv.version}", low, high,
-                            current=mv.pool.active, others=self._workers_except(mv))  # fmt: skip
+                            current=mv.pool.active, others=self._table.workers_except(mv))  # fmt: skip
         return mv.scale(low[1], high[1])
-
-    def _workers_except(self, skip: ModelVersion | None) -> int:
-        """The running and (re)starting workers of every registered version but `skip`."""
-        return sum(mv.pool.active for versions in self._models.values() for mv in versions.values() if mv is not skip)
-
-    def _next_id(self) -> str:
-        return str(next(self._ids))
 
     def _save(self, kind: str = "snapshot") -> None:
         if self.settings.ncs or self._closing:
@@ -431,21 +307,6 @@ class ModelRegistry:
             log.warning("could not write the config snapshot to %s: %s", self.settings.snapshot_dir, e)
 
 
-def _worker_names(params: dict[str, Any]) -> tuple[str, str]:
-    """What the caller called the min and max worker counts of a registration, for the caps' messages."""
-    if params.get("initial_workers") is not None:
-        return "initial_workers", "initial_workers"
-    return "minWorkers", "maxWorkers"
-
-
-def _check_runtime(runtime: str | None) -> None:
-    if runtime is None or runtime in ("python", "python3"):
-        return
-    if runtime == "LSP":
-        raise InvalidInput("runtime LSP (TorchServe's C++ backend) is not supported by serve; use python")
-    raise InvalidInput(f"Invalid RuntimeType value: {runtime}")
-
-
 def _json_object(response: InferenceResponse) -> dict[str, Any]:
     """The handler's describe output as a JSON object ({} for anything else, as TorchServe)."""
     try:
@@ -453,9 +314,3 @@ def _json_object(response: InferenceResponse) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _discard(archive: Any, downloaded: Path | None) -> None:
-    archive.close()
-    if downloaded is not None:
-        downloaded.unlink(missing_ok=True)

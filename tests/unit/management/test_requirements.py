@@ -78,7 +78,7 @@ def test_requirements_are_installed_for_the_models_workers_only(tmp_path, caplog
             with caplog.at_level(logging.INFO):
                 await reg.register("dep-1.0")
             answer = json.loads((await reg.submit("dep", None, request("x"))).body)
-            deps = reg._version("dep", None).deps_dir
+            deps = reg._table.version("dep", None).deps_dir
             assert deps is not None and deps.is_dir()
             assert await reg.unregister("dep") == 'Model "dep" unregistered'
             return answer, deps
