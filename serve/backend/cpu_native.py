@@ -6,7 +6,9 @@ The C source is built at install into two shared libraries, AVX-512 and AVX2; th
 import from /proc/cpuinfo (AVX-512F+BW+DQ+VL, else AVX2+FMA, else none). `SERVE_NATIVE=0` turns them off (A/B
 benchmarks). A third build, AVX-512 with AVX512-BF16, is loaded besides when the CPU has avx512_bf16: it runs
 the products of weights packed with dtype="bfloat16" (`bf16_available()`), the fp32 input rounded to bf16 on the
-fly, fp32 accumulation (vdpbf16ps), the fp32 epilogue and an fp32 output. Nothing here raises at import:
+fly, fp32 accumulation (vdpbf16ps), the fp32 epilogue and an fp32 output; where the CPU has AMX, the fourth
+build (the same plus sk_amx.c's tile path) replaces it once cpu_libraries says it passed its self-check here
+(`bf16_engine()` names which runs). Nothing here raises at import:
 `available()` says whether the kernels can be called, and callers fall back to the numpy kernels (cpu_conv) when
 it is False.
 
@@ -24,15 +26,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "conv2d_nhwc", "depthwise_nhwc", "gemm", "isa",
-           "layer_norm", "max_pool_nhwc", "pack_conv_weight", "pack_weight", "pack_winograd_weight", "round_bf16",
-           "winograd_nhwc"]  # fmt: skip
+from serve.backend import cpu_libraries
+
+__all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "bf16_engine", "bf16_library", "conv2d_nhwc",
+           "depthwise_nhwc", "gemm", "isa", "layer_norm", "max_pool_nhwc", "pack_conv_weight", "pack_weight",
+           "pack_winograd_weight", "round_bf16", "winograd_nhwc"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish", "sigmoid")
 _ACT = {name: i for i, name in enumerate(ACTIVATIONS)}
 _LIBS = {"avx512": "_sk_avx512", "avx2": "_sk_avx2"}
-_BF16 = "avx512bf16"
-_FILES = {**_LIBS, _BF16: "_sk_avx512bf16"}
+_BF16, _AMX = "avx512bf16", "amx"
+_FILES = {**_LIBS, _BF16: "_sk_avx512bf16", _AMX: "_sk_amx"}
 DTYPES = ("float32", "bfloat16")
 _I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
@@ -55,7 +59,7 @@ class _Lib:
     def __init__(self, name: str, path: Path) -> None:
         self.name, self.path = name, path
         self.dll = ctypes.CDLL(str(path))
-        signatures = {**_SIGNATURES, **(_BF16_SIGNATURES if name == _BF16 else {})}
+        signatures = {**_SIGNATURES, **(_BF16_SIGNATURES if name in (_BF16, _AMX) else {})}
         for fn_name, argtypes in signatures.items():
             fn = getattr(self.dll, fn_name)
             fn.argtypes, fn.restype = argtypes, ctypes.c_int
@@ -63,7 +67,7 @@ class _Lib:
         self.maxpool, self.attention, self.winograd = self.dll.sk_maxpool, self.dll.sk_attention, self.dll.sk_winograd
         self.layernorm, self.paged_decode = self.dll.sk_layernorm, self.dll.sk_paged_decode
         self.nr: int = self.dll.sk_nr()
-        if name == _BF16:
+        if name in (_BF16, _AMX):
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
             self.bf16_nr: int = self.dll.sk_bf16_nr()
 
@@ -117,11 +121,20 @@ def _first_library() -> _Lib | None:
 
 
 def _bf16_library() -> _Lib | None:
-    """The AVX512-BF16 build, when native kernels are on, the CPU has avx512_bf16 and the build is installed."""
+    """The bf16 build, when native kernels are on, the CPU has avx512_bf16 and the build is installed: the AMX one
+    where cpu_libraries.choose_amx says it proved itself here, else AVX512-BF16."""
     if os.environ.get("SERVE_NATIVE", "1").strip() == "0" or "avx512" not in _supported_isas():
         return None
+    if "avx512_bf16" not in _cpu_flags():
+        return None
+    amx = _library_path(_AMX)
+    if cpu_libraries.choose_amx(amx, _cpu_flags()) and amx is not None:
+        try:
+            return _Lib(_AMX, amx)
+        except (OSError, AttributeError):
+            pass
     path = _library_path(_BF16)
-    if path is None or "avx512_bf16" not in _cpu_flags():
+    if path is None:
         return None
     try:
         return _Lib(_BF16, path)
@@ -163,6 +176,14 @@ def paged_decode_kernel() -> Any:
 def bf16_available() -> bool:
     """True when weights packed with dtype="bfloat16" can be used: the kernels are on and the CPU has AVX512-BF16."""
     return _lib is not None and _bf16 is not None
+
+
+def bf16_engine() -> str | None:
+    """What runs the bf16 products: "amx" (the tile path, after its self-check passed on this CPU), "avx512_bf16"
+    (vdpbf16ps), or None when there is no bf16 kernel; cpu_libraries.amx_status() says why not AMX."""
+    if _lib is None or _bf16 is None:
+        return None
+    return "amx" if _bf16.name == _AMX else "avx512_bf16"
 
 
 def isa() -> str | None:

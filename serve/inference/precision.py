@@ -16,6 +16,8 @@ be able to see which layers do and why the others do not. Decisions, and why:
   kernel did not agree with the reference within 1e-2 and was dropped before timing.
 - The members of a query/key/value group run as one product (planned.LinearGroup): that product is the entry,
   named after its members joined with '+'.
+- A bfloat16 entry names what runs it (`engine`: "amx" where the AMX tile path passed its self-check on this CPU,
+  else "avx512_bf16"; serve.backend.cpu_libraries), since the two differ several times in speed.
 - Compact, since the worker's handshake carries describe() (ResNet-50 warmed at 8 batch sizes is 432 entries):
   times only where they explain a float32 choice under bfloat16 (the chosen kernel's and the best bf16 one's);
   every kernel's times stay on the layer (`timings`) for whoever needs them.
@@ -60,6 +62,11 @@ def _why_float32(layer: Any, times: dict[str, float], chosen: str) -> str:
     return "not timed in this process (the choice came from the tuning cache, or tune=False)"
 
 
+def _bf16_engine() -> str | None:
+    nat = kernels.native()
+    return None if nat is None else nat.bf16_engine()
+
+
 def layer_precisions(fused: dict[str, Any], products: str) -> list[dict[str, Any]]:
     """Per planned layer and input shape: the kernel and the dtype of its products; in a bfloat16 plan, why a float32
     choice is float32, with the two times (ms) where the timing decided (the module docstring)."""
@@ -83,5 +90,7 @@ def layer_precisions(fused: dict[str, Any], products: str) -> list[dict[str, Any
                 best = _best_bf16(layer, times)
                 if best is not None and chosen in times:
                     entry["ms"] = {chosen: round(times[chosen] * 1e3, 3), best: round(times[best] * 1e3, 3)}
+            if entry["dtype"] == "bfloat16":
+                entry["engine"] = _bf16_engine()
             entries.append(entry)
     return entries

@@ -37,7 +37,7 @@ _NEEDED = {"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_bf16", "fma"}
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to compile the AMX kernels with the emulator"),
-    pytest.mark.skipif(not _NEEDED <= cn._cpu_flags(), reason="the code around the tiles needs AVX-512 + AVX512-BF16"),
+    pytest.mark.skipif(not cn._cpu_flags() >= _NEEDED, reason="the code around the tiles needs AVX-512 + AVX512-BF16"),
 ]
 I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 GEMM_ARGS = [PTR, I64, I64, PTR, I64, PTR, PTR, I64, PTR, I64, INT, I64, I64]
@@ -252,3 +252,35 @@ def test_the_emulated_check_fails_on_broken_kernels(tmp_path, pattern, new):
     wrong = not np.allclose(out, _reference(a, w, None, None, "none"), rtol=1e-3, atol=1e-3)
     assert faults or wrong, "the mutated kernel passed the emulated check"
     assert broken.sk_amx_selfcheck(60000) != 0, "the self-check passed a mutated kernel"
+
+
+def _library_file(dll) -> Path:
+    return Path(dll._name)
+
+
+def test_cpu_libraries_turns_on_a_build_whose_selfcheck_passes(monkeypatch, tmp_path):
+    """The whole selection on the emulated build: flags with AMX, the tiles granted, the self-check passed -> on, and
+    the library's products then run on tiles; a mutated copy stays off, saying why."""
+    from serve.backend import cpu_libraries
+
+    monkeypatch.setattr(cpu_libraries, "_status", cpu_libraries.amx_status())
+    fresh = tmp_path / "good.so"  # a copy: its own tile switch, not the module fixture's
+    shutil.copy(_library_file(_compile(NATIVE / "sk_amx.c")), fresh)
+    flags = {"avx512_bf16", "amx_tile", "amx_bf16"}
+    assert cpu_libraries.choose_amx(fresh, flags, {}), cpu_libraries.amx_status()
+    assert cpu_libraries.amx_status() == "on"
+    dll = ctypes.CDLL(str(fresh))
+    dll.sk_gemm_bf16.argtypes = GEMM_ARGS
+    dll.sk_amx_emu_ops.restype = ctypes.c_longlong
+    rng = np.random.default_rng(2)
+    a, w = rng.standard_normal((40, 64), np.float32), rng.standard_normal((64, 32), np.float32)
+    ops = dll.sk_amx_emu_ops()
+    assert_close(_gemm(dll, a, _pack(w[None]), 32, None, None, "none"), _reference(a, w, None, None, "none"))
+    assert dll.sk_amx_emu_ops() > ops
+
+    pattern, new = MUTATIONS[0]
+    (tmp_path / "sk_amx.c").write_text(re.sub(pattern, new, (NATIVE / "sk_amx.c").read_text()))
+    broken = tmp_path / "broken.so"
+    shutil.copy(_library_file(_compile(tmp_path / "sk_amx.c")), broken)
+    assert not cpu_libraries.choose_amx(broken, flags, {})
+    assert cpu_libraries.amx_status() == "the self-check failed: its results differ from the vdpbf16ps path"

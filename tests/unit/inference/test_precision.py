@@ -8,6 +8,7 @@ import pytest
 
 import serve
 from serve import nn
+from serve.backend import cpu_native
 from serve.inference import kernels, optimize
 
 RNG = np.random.default_rng(0)
@@ -66,6 +67,7 @@ def test_bfloat16_plan_says_which_layers_run_bf16_and_why_the_others_do_not():
     assert "first and last" in layers["0"]["float32_because"] and "first and last" in layers["9"]["float32_because"]
     assert "ms" not in layers["2"]  # tune=False times nothing
     assert forced.describe()["product_dtypes"] == {"float32": 2, "bfloat16": 3}
+    assert layers["2"]["engine"] == cpu_native.bf16_engine() in ("amx", "avx512_bf16") and "engine" not in layers["0"]
 
     for name in ("2", "4", "7"):
         assert _by_layer(without)[name]["dtype"] == "float32"
