@@ -18,6 +18,7 @@ SOURCES = [  # one library per ISA from all of them
     "serve/backend/native/sk_norm.c",
     "serve/backend/native/sk_paged.c",
     "serve/backend/native/sk_w8.c",
+    "serve/backend/native/sk_i8.c",  # the int8 VNNI GEMM: empty unless SK_BF16 with -mavx512vnni
     "serve/backend/native/sk_glu.c",
 ]
 COMMON = ["-O3", "-g0", "-std=c11", "-ffp-contract=fast", "-fno-math-errno", "-Wno-unused-function"]
@@ -26,7 +27,7 @@ AMX = ["-mamx-tile", "-mamx-bf16", "-mamx-int8", "-DSK_AMX=1"]
 ISAS = {
     "_sk_avx512": AVX512,
     "_sk_avx2": ["-mavx2", "-mfma", "-DSK_ISA=256"],
-    "_sk_avx512bf16": AVX512 + ["-mavx512bf16", "-DSK_BF16=1"],
+    "_sk_avx512bf16": AVX512 + ["-mavx512bf16", "-mavx512vnni", "-DSK_BF16=1"],
     "_sk_amx": AVX512 + ["-mavx512bf16", "-mavx512vnni", "-DSK_BF16=1"] + AMX,
 }
 EXTRA_SOURCES = {"_sk_amx": ["serve/backend/native/sk_amx.c"]}  # beside SOURCES, in that build only

@@ -70,6 +70,9 @@ static inline V v_act(V v, int act) {
     }
 }
 
+/* v_act for the other sources of this library (sk_i8.c's int8 GEMM epilogue): not exported from the library. */
+__attribute__((visibility("hidden"))) V SK_EXPORT(act_vec)(V v, int act) { return v_act(v, act); }
+
 /* out[j] = act(tile[j] + bias + res[j]) for the rows j < mr and the columns < ncols of one NR-wide tile. */
 static void epilogue(const float *tile, int mr, int ncols, const float *bias, const float *res, long long ldr,
                      float *out, long long ldo, int act) {
