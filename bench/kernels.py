@@ -11,6 +11,8 @@ MobileNetV2 layer shapes, at batch 8 and 1, on one lane and on two (cpu_threads.
 Depthwise layers compare depthwise_nhwc with numpy summing the k*k shifted views.
 Max pooling (ResNet stem, (N, 112, 112, 64) 3x3/2 pad 1): max_pool_nhwc against a numpy separable max (-inf pad,
 the max of 3 strided column views, then of 3 strided row views), in ms.
+Last, the AMX table (bench/amx_gemm.py): the bf16 GEMM on AMX tiles at the encoder's and ResNet-50's GEMM shapes
+against the measured tile peak, and against vdpbf16ps; one "needs AMX" line on a CPU where it is not selected.
 
 Usage: python bench/kernels.py [--batch 8 1] [--lanes 1 2] [--quick] [--pool-only]
 """
@@ -18,13 +20,18 @@ Usage: python bench/kernels.py [--batch 8 1] [--lanes 1 2] [--quick] [--pool-onl
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from serve.backend import cpu_native, cpu_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import amx_gemm
 
 # (net, name, in_hw, C, OC, k, stride, depthwise)
 LAYERS = [
@@ -221,6 +228,7 @@ def main() -> None:
                 print(f"| {layer[0]} | {layer[1]} | {r['flops'] / 1e6:.0f} | {r['conv']:.1f} | {r['im2col']:.1f} | "
                       f"{r['conv'] / r['im2col']:.2f}x | {gemm} |{cols}", flush=True)  # fmt: skip
             print()
+    amx_gemm.table(args.lanes, budget)
 
 
 if __name__ == "__main__":

@@ -310,6 +310,28 @@ int sk_amx_enable(int on, long long min_rows) {
     return previous;
 }
 
+/* The engine's bf16 peak for bench/amx_gemm.py: iters x 4 TDPBF16PS (16 x 16 x 32 each) on tiles already loaded,
+ * no memory traffic; the caller times it. */
+int sk_amx_peak(long long iters) {
+    tiles_configure();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (long long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_release();
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the self-check */
 
 static uint32_t lcg_state;
