@@ -12,7 +12,12 @@
   `out += t`) adds it in its GEMM's epilogue, and a LayerNorm (over the last dim) runs on the native kernel, in the
   same pass as that GEMM when it reads such a sum (serve.inference.addnorm);
 - attention: an nn.MultiheadAttention runs its projections as planned linear layers (serve.inference.attention),
-  its output projection taking part in addnorm like any linear layer.
+  its output projection taking part in addnorm like any linear layer;
+- conv1d: a module that is a linear layer in all but name (transformers' GPT-2 `Conv1D`: an (in, out) weight and
+  `addmm`) is planned as a linear layer, and an activation module that is not serve's class (transformers'
+  `gelu_new`) fuses when it computes one of the epilogue's activations (serve.inference.lookalikes: the rules).
+  Both are recognised by what they are and did, not by name; the other passes then treat them as any linear layer
+  and activation.
 The original model is never modified: the plan is a copy of the module tree that shares every tensor it does not
 change (folded weights are new arrays), with each fused group replaced by one PlannedConv2d/PlannedLinear, the
 folded modules by `Skip`s, and max pools by their channels-last form (serve.inference.pooling).
@@ -24,6 +29,7 @@ import copy
 from dataclasses import dataclass, field
 
 from serve import nn
+from serve.inference import lookalikes
 from serve.inference.addnorm import PlannedLayerNorm, plannable_norm
 from serve.inference.attention import PlannedMultiheadAttention, plannable_attention
 from serve.inference.capture import Call, Trace
@@ -46,9 +52,10 @@ class Rewrite:
 
     fused: dict[str, _Fused] = field(default_factory=dict)
     skipped: dict[int, tuple[Module, list[_Fused]]] = field(default_factory=dict)  # id(module) -> (module, producers)
+    # conv1d: how many of the "linear" ones are linear layers in all but name (serve.inference.lookalikes)
     counts: dict[str, int] = field(default_factory=lambda: {"bn_folded": 0, "act_fused": 0, "conv": 0, "linear": 0,
                                                             "grouped": 0, "residual_fused": 0, "layer_norm": 0,
-                                                            "add_norm": 0, "attention": 0})  # fmt: skip
+                                                            "add_norm": 0, "attention": 0, "conv1d": 0})  # fmt: skip
     passes: tuple[str, ...] = ()
     identities: set[int] = field(default_factory=set)  # id(layer) of transformer layers whose activation fused
     norms: dict[int, PlannedLayerNorm] = field(default_factory=dict)  # id(LayerNorm) -> its planned form
@@ -86,7 +93,7 @@ def _plannable(module: Module) -> bool:
 
 
 # all on by default; a subset measures what each one buys
-PASSES = ("fold", "fuse", "group", "pool", "addnorm", "attention")
+PASSES = ("fold", "fuse", "group", "pool", "addnorm", "attention", "conv1d")
 
 
 def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES) -> Rewrite:
@@ -96,24 +103,33 @@ def plan_rewrites(trace: Trace, model: Module, passes: tuple[str, ...] = PASSES)
     rw = Rewrite(passes=tuple(passes))
     names = {id(m): n for n, m in model.named_modules()}
     for name, module in model.named_modules():
-        if not _plannable(module):
+        addmm = not _plannable(module) and "conv1d" in passes and lookalikes.addmm_linear(module, trace)
+        if not (addmm or _plannable(module)):
             continue
         calls = trace.calls_of(module)
         if not calls:
             continue  # never ran on the example: left as it is
-        tail_calls, bn, act = calls, None, None
+        tail_calls, bn, act, act_name = calls, None, None, None
         follower = _common_follower(trace, calls)
-        if follower is not None and "fold" in passes and _foldable_bn(follower, module):
+        if follower is not None and "fold" in passes and not addmm and _foldable_bn(follower, module):
             bn, tail_calls = follower, trace.calls_of(follower)
             follower = _common_follower(trace, tail_calls) if len(tail_calls) == len(calls) else None
-        if follower is not None and "fuse" in passes and activation_name(follower) is not None:
-            act = follower
+        if follower is not None and "fuse" in passes:
+            act_name = activation_name(follower)
+            if act_name is None and "conv1d" in passes:
+                act_name = lookalikes.activation(follower, trace)
+            act = None if act_name is None else follower
         planned: _Fused
         if isinstance(module, nn.Conv2d):
             planned = PlannedConv2d(module, bn, act)
+        elif addmm:
+            planned = lookalikes.planned_addmm_linear(module, act)
+            rw.counts["conv1d"] += 1
         else:
             assert isinstance(module, nn.Linear)  # _plannable admits only these two
             planned = PlannedLinear(module, bn, act)
+        if act is not None:
+            planned.act = act_name  # the epilogue's name for an activation lookalikes recognised, too
         rw.fused[name] = planned
         rw.counts["conv" if isinstance(module, nn.Conv2d) else "linear"] += 1
         for folded, key in ((bn, "bn_folded"), (act, "act_fused")):

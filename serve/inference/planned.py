@@ -83,7 +83,10 @@ class _Fused(Module):
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, act_module: Module | None) -> None:
         super().__init__()
-        self.weight, self.bias = np.ascontiguousarray(weight), bias
+        # a 2-D weight that is the transposed view of a C-ordered (in, out) array (transformers' Conv1D,
+        # serve.inference.lookalikes) stays that view: weight_kn() is then the model's array itself, no copy
+        kept = weight.ndim == 2 and weight.T.flags.c_contiguous
+        self.weight, self.bias = (weight if kept else np.ascontiguousarray(weight)), bias
         self.act_module = act_module  # registered as a child, so the plan's repr shows it
         self.act = None if act_module is None else activation_name(act_module)
         self.tune = True  # time the kernels at a new shape (else take the last that applies)

@@ -51,6 +51,7 @@ def test_resnet18_folds_every_batch_norm_and_fuses_the_relus_it_may():
         "layer_norm": 0,
         "add_norm": 0,
         "attention": 0,
+        "conv1d": 0,
     }  # each block's `out += identity` (and its relu) in conv2
     assert_rel_close(got, want, 1e-4)
     assert sum(info["kernels"].values()) == 21
