@@ -166,3 +166,71 @@ int SK_EXPORT(gemm_w8)(const float *x, long long m, long long k, long long ldx, 
 }
 
 long long SK_EXPORT(w8_width)(void) { return W8; }
+
+#if SK_BF16
+/* The bf16 route (the AVX512-BF16 build only): the int8 panels widened, a group at a time, to bf16 in
+ * serve_kernels.c's bf16 panel layout (pairs (k, k + 1) of each column interleaved, as vdpbf16ps reads them) and
+ * multiplied by its bf16 GEMM, which rounds the activations to bf16 (nearest even) and accumulates in fp32; the
+ * scale, bias, residual and activation are applied after, per output element. An int8 value is exact in bf16 (8
+ * significant bits), so the weights lose nothing more: the cost is the activations' rounding, a relative 2^-9 per
+ * element. Why: at 16 rows the register kernel is bound by its FMAs (16 lanes per instruction, fp32's speed), where
+ * vdpbf16ps does 32 multiply-adds per instruction; the widening is K * N operations against M * K * N / 2. The
+ * caller (cpu_int8.py) picks this route from a number of rows it measured; at one row the register kernel, which
+ * streams only the int8 bytes, stays. */
+int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const uint16_t *wp, long long n,
+                         const float *bias, const float *res, long long ldr, float *out, long long ldo, int act,
+                         long long r0, long long r1);
+
+/* Panels [p0, p0 + g * W8) of q as bf16, (g, k / 2 rounded up, W8, 2): exact, the bits of the fp32 integer. */
+static void widen_panels_bf16(const int8_t *q, long long k, long long p0, long long g, uint16_t *buf) {
+    long long kp = (k + 1) / 2;
+    __m512i zero = _mm512_setzero_si512();
+    for (long long p = 0; p < g; p++) {
+        const int8_t *panel = q + (p0 / W8 + p) * k * W8;
+        uint16_t *dst = buf + p * kp * 2 * W8;
+        for (long long kk = 0; kk < kp; kk++) {
+            for (int h = 0; h < 2; h++) {
+                const int8_t *row = panel + 2 * kk * W8 + h * VL;
+                __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(widen(row)), 16);
+                __m512i hi = 2 * kk + 1 < k ? _mm512_srli_epi32(_mm512_castps_si512(widen(row + W8)), 16) : zero;
+                _mm512_storeu_si512(dst + kk * 2 * W8 + h * 2 * VL, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        }
+    }
+}
+
+int SK_EXPORT(gemm_w8_bf16)(const float *x, long long m, long long k, long long ldx, const int8_t *q, long long n,
+                            const float *scale, const float *bias, const float *res, long long ldr, float *out,
+                            long long ldo, int act, long long c0, long long c1) {
+    if (m < 0 || k <= 0 || n <= 0 || c0 < 0 || c1 > n || c0 > c1 || c0 % W8 || ldx < k || ldo < n)
+        return -1;
+    if (act != W8_NONE && act != W8_RELU && act != W8_GELU_TANH && act != W8_SILU)
+        return -1;
+    long long per = (k + 1) / 2 * 2 * W8 * (long long)sizeof(uint16_t);
+    long long g = DEQUANT_BYTES / per > 1 ? DEQUANT_BYTES / per : 1;
+    uint16_t *buf = aligned_alloc(64, (size_t)(g * per + 63) / 64 * 64);
+    if (!buf)
+        return -1;
+    int code = 0;
+    for (long long p0 = c0; p0 < c1 && code == 0; p0 += g * W8) {
+        long long cols = c1 - p0 < g * W8 ? c1 - p0 : g * W8, panels = (cols + W8 - 1) / W8;
+        widen_panels_bf16(q, k, p0, panels, buf);
+        code = SK_EXPORT(gemm_bf16)(x, ldx, k, buf, cols, NULL, NULL, 0, out + p0, ldo, W8_NONE, 0, m);
+        for (long long r = 0; r < m && code == 0; r++) { /* act(acc * scale + bias + res), in place */
+            float *o = out + r * ldo + p0;
+            const float *rr = res ? res + r * ldr + p0 : NULL;
+            for (long long j = 0; j < cols; j += VL) {
+                VMask mk = vmask((int)(cols - j < VL ? cols - j : VL));
+                V v = vmul(vload_m(o + j, mk), vload_m(scale + p0 + j, mk));
+                if (bias)
+                    v = vadd(v, vload_m(bias + p0 + j, mk));
+                if (rr)
+                    v = vadd(v, vload_m(rr + j, mk));
+                vstore_m(o + j, mk, w8_act(v, act));
+            }
+        }
+    }
+    free(buf);
+    return code;
+}
+#endif

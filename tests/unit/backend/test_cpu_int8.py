@@ -60,9 +60,9 @@ def test_gemm_every_row_block_and_edge_panel(build, m):
     a, w, bias, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, n), _rand(rng, m, n)
     qw = cpu_int8.quantize_weight(w)
     deq = cpu_int8.dequantize(qw).astype(np.float64)
-    assert _err(cpu_int8.gemm(a, qw, bias, residual=res), a @ deq + bias + res) <= 1e-5
+    assert _err(cpu_int8.gemm(a, qw, bias, residual=res, bf16=False), a @ deq + bias + res) <= 1e-5
     for act in cpu_int8.ACTIVATIONS:
-        assert _err(cpu_int8.gemm(a, qw, bias, act=act), _act(a @ deq + bias, act)) <= 1e-5, act
+        assert _err(cpu_int8.gemm(a, qw, bias, act=act, bf16=False), _act(a @ deq + bias, act)) <= 1e-5, act
 
 
 @pytest.mark.skipif(not BUILDS, reason="no native kernel build for this CPU")
@@ -75,8 +75,8 @@ def test_prefill_rows_widen_panel_groups_for_the_fp32_kernel(build, m):
     a, w, bias, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, n), _rand(rng, m, n)
     qw = cpu_int8.quantize_weight(w)
     deq = cpu_int8.dequantize(qw).astype(np.float64)
-    assert _err(cpu_int8.gemm(a, qw, bias, residual=res), a @ deq + bias + res) <= 1e-5
-    assert _err(cpu_int8.gemm(a, qw, bias, act="gelu_tanh"), _act(a @ deq + bias, "gelu_tanh")) <= 1e-5
+    assert _err(cpu_int8.gemm(a, qw, bias, residual=res, bf16=False), a @ deq + bias + res) <= 1e-5
+    assert _err(cpu_int8.gemm(a, qw, bias, act="gelu_tanh", bf16=False), _act(a @ deq + bias, "gelu_tanh")) <= 1e-5
 
 
 @pytest.mark.skipif(not BUILDS, reason="no native kernel build for this CPU")
@@ -87,9 +87,11 @@ def test_gemm_writes_only_its_columns_of_a_wider_output(build, m):
     a, w, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, m, n + 7)
     qw = cpu_int8.quantize_weight(w[:, 64:])  # a lane's columns 64..100
     out = np.full((m, n + 7), np.nan, np.float32)
-    cpu_int8.gemm(a, qw, residual=res[:, 64:n], out=out[:, 64:n])
-    assert _err(out[:, 64:n], a @ cpu_int8.dequantize(qw).astype(np.float64) + res[:, 64:n]) <= 1e-5
-    assert np.isnan(out[:, :64]).all() and np.isnan(out[:, n:]).all()
+    for bf16 in (False, True):  # True: the bf16 route where it is loaded, activations rounded to bf16
+        cpu_int8.gemm(a, qw, residual=res[:, 64:n], out=out[:, 64:n], bf16=bf16)
+        a_used = cpu_native.round_bf16(a) if bf16 and cpu_int8.bf16_available() else a
+        assert _err(out[:, 64:n], a_used @ cpu_int8.dequantize(qw).astype(np.float64) + res[:, 64:n]) <= 1e-5
+        assert np.isnan(out[:, :64]).all() and np.isnan(out[:, n:]).all()
 
 
 def test_numpy_fallback_is_the_same_product(monkeypatch):
@@ -112,3 +114,27 @@ def test_bad_arguments_say_what_is_wrong():
         cpu_int8.gemm(np.ones((2, 5), np.float32), qw)
     with pytest.raises(ValueError, match="bias"):
         cpu_int8.gemm(np.ones((2, 4), np.float32), qw, bias=np.ones(5, np.float32))
+
+
+@pytest.mark.skipif(not cpu_int8.bf16_available(), reason="no AVX512-BF16 build of the int8 kernel here")
+@pytest.mark.parametrize(("m", "k"), [(1, 67), (8, 67), (16, 768), (17, 2100), (40, 33)])
+def test_bf16_route_is_the_product_of_bf16_rounded_activations(m, k):
+    """The bf16 route (sk_gemm_w8_bf16): exact int8 weights as bf16, the activations rounded to bf16 (nearest
+    even), fp32 accumulation, the epilogue after the scale. Against float64 with the rounded activations it is the
+    fp32 route's accuracy; against the unrounded ones each product term moves by at most 2^-9 of |a_k w_k|, the
+    numeric cost of the route (the fp32 routes' 1e-5 does not hold there)."""
+    rng = np.random.default_rng(m * k)
+    n = 3 * 32 + 5  # whole panels and an edge panel
+    a, w, bias, res = _rand(rng, m, k), _rand(rng, k, n), _rand(rng, n), _rand(rng, m, n)
+    qw = cpu_int8.quantize_weight(w)
+    deq = cpu_int8.dequantize(qw).astype(np.float64)
+    a16 = cpu_native.round_bf16(a).astype(np.float64)
+    got = cpu_int8.gemm(a, qw, bias, residual=res, bf16=True)
+    assert _err(got, a16 @ deq + bias + res) <= 1e-5
+    bound = 2.0**-9 * (np.abs(a.astype(np.float64)) @ np.abs(deq)) + 1e-5 * max(1.0, float(np.abs(got).max()))
+    assert np.all(np.abs(got - (a.astype(np.float64) @ deq + bias + res)) <= bound)
+    for act in cpu_int8.ACTIVATIONS:
+        assert _err(cpu_int8.gemm(a, qw, bias, act=act, bf16=True), _act(a16 @ deq + bias, act)) <= 1e-5, act
+    auto = cpu_int8.gemm(a, qw, bias, residual=res)  # None: the bf16 route from BF16_ROWS rows
+    exact = cpu_int8.gemm(a, qw, bias, residual=res, bf16=False)
+    np.testing.assert_array_equal(auto, got if m >= cpu_int8.BF16_ROWS else exact)

@@ -35,11 +35,16 @@ def test_int8_products_stay_near_float32_on_trained_weights() -> None:
 
 
 def test_the_numpy_fallback_gives_the_kernels_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    routed = prefill_logits("int8")  # from cpu_int8.BF16_ROWS rows, the bf16 route where it is loaded
+    monkeypatch.setattr(cpu_int8, "BF16_ROWS", 1 << 30)  # the fp32-activation route: the fallback's arithmetic
     native = prefill_logits("int8")
     monkeypatch.setattr(cpu_native, "library", lambda: None)
     monkeypatch.setattr(cpu_native, "available", lambda: False)
     fallback = prefill_logits("int8")
-    np.testing.assert_allclose(fallback, native, rtol=0, atol=1e-4 * float(np.abs(native).max()))
+    scale = float(np.abs(native).max())
+    np.testing.assert_allclose(fallback, native, rtol=0, atol=1e-4 * scale)
+    np.testing.assert_allclose(routed, native, rtol=0, atol=1e-2 * scale)  # activations rounded to bf16
+    assert (routed.argmax(-1) == native.argmax(-1)).mean() >= 0.9
 
 
 def test_an_unknown_quantization_is_refused_by_name() -> None:
