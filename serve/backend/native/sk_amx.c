@@ -193,10 +193,11 @@ static bf16 *plan_call(Plan *pl, long long kp, const bf16 *wp, long long n, cons
     long long need = (rows + 31) / 32 * 32;
     *mb = want < 32 ? 32 : want > need ? need : want;
     long long tail = kp % TROWS, tail_elems = tail ? pl->npanels * BTILE : 0;
-    bf16 *buf = aligned_alloc(64, (size_t)(*mb * row_bytes + tail_elems * (long long)sizeof(bf16)));
+    size_t bytes = (size_t)(*mb * row_bytes + tail_elems * (long long)sizeof(bf16));
+    bf16 *buf = aligned_alloc(64, (bytes + 63) / 64 * 64); /* C11: a multiple of the alignment */
     if (!buf)
         return NULL;
-    SK_AMX_REGION(0, buf, (size_t)(*mb * row_bytes + tail_elems * (long long)sizeof(bf16)));
+    SK_AMX_REGION(0, buf, bytes);
     SK_AMX_REGION(1, wp, (size_t)(pl->npanels * kp * 2 * NR * (long long)sizeof(bf16)));
     if (tail) {
         bf16 *bt = buf + *mb * pl->kt * TK;

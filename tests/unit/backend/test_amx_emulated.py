@@ -284,3 +284,18 @@ def test_cpu_libraries_turns_on_a_build_whose_selfcheck_passes(monkeypatch, tmp_
     shutil.copy(_library_file(_compile(tmp_path / "sk_amx.c")), broken)
     assert not cpu_libraries.choose_amx(broken, flags, {})
     assert cpu_libraries.amx_status() == "the self-check failed: its results differ from the vdpbf16ps path"
+
+
+def test_tiles_stay_off_until_enabled(tmp_path):
+    """A freshly loaded library runs its bf16 products on vdpbf16ps: only sk_amx_enable (after the self-check)
+    turns the tiles on."""
+    fresh = tmp_path / "fresh.so"
+    shutil.copy(_library_file(_compile(NATIVE / "sk_amx.c")), fresh)
+    dll = ctypes.CDLL(str(fresh))
+    dll.sk_gemm_bf16.argtypes = GEMM_ARGS
+    dll.sk_amx_emu_ops.restype = ctypes.c_longlong
+    rng = np.random.default_rng(4)
+    a, w = rng.standard_normal((64, 64), np.float32), rng.standard_normal((64, 64), np.float32)
+    out = _gemm(dll, a, _pack(w[None]), 64, None, None, "relu")
+    assert dll.sk_amx_emu_ops() == 0
+    assert_close(out, _reference(a, w, None, None, "relu"))
