@@ -1,12 +1,13 @@
-"""CUDA backend: convolution, pooling, padding and resampling on CuPy (the names and conventions of `cpu_conv`).
+"""CUDA backend: convolution, pooling, padding and resampling on CuPy (the names and conventions of `cpu_conv`,
+`cpu_pool` and `cpu_resample`).
 
 Convolution is our im2col kernel plus one cuBLAS GEMM per chunk of the batch: the (OC, C*kh*kw) weight against
 the (n, C*kh*kw, OH*OW) columns, broadcast over the samples, so the product lands in NCHW order with no
 transpose; 1x1 stride-1 unpadded convolutions multiply the (N, C, H*W) view directly; groups (depthwise too)
 are one more batch dimension. The bias is added by our fused bias kernel. Float32 convolutions may use TF32
 (`serve.backends.cudnn.allow_tf32`, default True as in PyTorch). Pooling runs our kernels; the backward
-primitives are CuPy ports of `cpu_conv` (correct, not tuned). Half-precision inputs stay in half through the
-GEMM (float32 accumulation) and compute in float32 in the ports, as `cpu_conv` does.
+primitives are CuPy ports of the CPU ones (correct, not tuned). Half-precision inputs stay in half through the
+GEMM (float32 accumulation) and compute in float32 in the ports, as the CPU backend does.
 
 Conventions: `kernel`, `stride`, `dilation` and sizes are (h, w) pairs; conv `padding` is (top, bottom, left,
 right), pooling `padding` an (h, w) pair.
@@ -22,9 +23,8 @@ import cupyx
 import ml_dtypes
 import numpy as np
 
-from serve.backend import cpu_conv as _host
+from serve.backend import cpu_conv, cpu_planes, cpu_pool, cpu_resample, flags
 from serve.backend import cuda_kernels as K
-from serve.backend import flags
 
 __all__ = [
     "adaptive_avg_matrix",
@@ -51,7 +51,7 @@ Pads = tuple[int, int, int, int]
 _HALF = frozenset((np.dtype(np.float16).num, np.dtype(ml_dtypes.bfloat16).num))
 _KERNEL_NUMS = _HALF | {np.dtype(np.float32).num}
 # array-module-free helpers (slicing, views and array methods only): the CPU backend's own
-_compute, _taps, _col2im, _along = _host._compute, _host._taps, _host._col2im, _host._along
+_compute, _taps, _col2im, _along = cpu_planes.upcast_half, cpu_conv._taps, cpu_conv._col2im, cpu_resample._along
 
 # the most one im2col buffer may take: a chunk of the batch is at least one sample
 _CHUNK_BYTES = 512 << 20
@@ -119,7 +119,7 @@ def conv2d(x: cupy.ndarray, w: cupy.ndarray, b: cupy.ndarray | None, stride: Pai
     n, c, h, wd = x.shape
     oc, cg, kh, kw = w.shape
     t, bo, l, r = padding
-    out = _host._out_hw((h + t + bo, wd + l + r), (kh, kw), stride, dilation)
+    out = cpu_conv._out_hw((h + t + bo, wd + l + r), (kh, kw), stride, dilation)
     k, size = cg * kh * kw, out[0] * out[1]
     wm = w.reshape(groups, oc // groups, k)  # (G, OC/G, C/G*kh*kw)
     y = cupy.empty((n, groups, oc // groups, size), x.dtype)  # NCHW once reshaped
@@ -177,7 +177,7 @@ def conv2d_weight_grad(x: cupy.ndarray, g: cupy.ndarray, kernel: Pair, stride: P
 def unfold(x: cupy.ndarray, kernel: Pair, stride: Pair, padding: Pads, dilation: Pair) -> cupy.ndarray:
     """im2col: (N, C, H, W) -> (N, C*kh*kw, L), the sliding blocks as columns."""
     t, b, l, r = padding
-    out = _host._out_hw((x.shape[2] + t + b, x.shape[3] + l + r), kernel, stride, dilation)
+    out = cpu_conv._out_hw((x.shape[2] + t + b, x.shape[3] + l + r), kernel, stride, dilation)
     return _im2col(x, kernel, stride, padding, dilation, out)
 
 
@@ -188,7 +188,7 @@ def fold(cols: cupy.ndarray, size: Pair, kernel: Pair, stride: Pair, padding: Pa
     n, ckk, _ = cols.shape
     t, b, l, r = padding
     xp = cupy.zeros((n, ckk // (kernel[0] * kernel[1]), size[0] + t + b, size[1] + l + r), cols.dtype)
-    out = _host._out_hw(xp.shape[2:], kernel, stride, dilation)
+    out = cpu_conv._out_hw(xp.shape[2:], kernel, stride, dilation)
     _col2im(xp, cols.reshape(n, xp.shape[1], *kernel, *out), stride, dilation)
     return _crop(xp, padding, size).astype(dt, copy=False)
 
@@ -200,13 +200,13 @@ def max_pool2d(x: cupy.ndarray, kernel: Pair, stride: Pair, padding: Pair, dilat
     if _kernel_ok(x):
         return K.max_pool2d(cupy.ascontiguousarray(x), kernel, stride, padding, dilation, out, with_indices)
     h, w = x.shape[2:]
-    y = cupy.full(x.shape[:2] + tuple(out), _host._lowest(x.dtype), x.dtype)
+    y = cupy.full(x.shape[:2] + tuple(out), cpu_pool._lowest(x.dtype), x.dtype)
     start = [np.arange(o) * s - p for o, s, p in zip(out, stride, padding)]
     first = [np.where(st < 0, st % d, st) for st, d in zip(start, dilation)]
     idx = cupy.empty(y.shape, np.int64)
     idx[...] = _dev(first[0][:, None] * w + first[1])  # PyTorch starts from the first tap inside the input
     base = start[0][:, None] * w + start[1]
-    for i, j, (ro, co), (ri, ci) in _host._pool_taps((h, w), kernel, stride, padding, dilation, out):
+    for i, j, (ro, co), (ri, ci) in cpu_pool._pool_taps((h, w), kernel, stride, padding, dilation, out):
         v, best = x[:, :, ri, ci], y[:, :, ro, co]
         better = v > best
         if x.dtype.kind == "f":
@@ -226,9 +226,9 @@ def avg_pool2d(x: cupy.ndarray, kernel: Pair, stride: Pair, padding: Pair, out: 
     integral = dt.kind in "iub"
     x = x.astype(np.int64) if integral else x
     y = cupy.zeros(x.shape[:2] + tuple(out), x.dtype)
-    for _, _, (ro, co), (ri, ci) in _host._pool_taps(size, kernel, stride, padding, (1, 1), out):
+    for _, _, (ro, co), (ri, ci) in cpu_pool._pool_taps(size, kernel, stride, padding, (1, 1), out):
         y[:, :, ro, co] += x[:, :, ri, ci]
-    divisor = _dev(_host._avg_divisor(size, kernel, stride, padding, out, count_include_pad, divisor_override,
+    divisor = _dev(cpu_pool._avg_divisor(size, kernel, stride, padding, out, count_include_pad, divisor_override,
                                       np.dtype(y.dtype)))  # fmt: skip
     if integral:  # PyTorch divides integer sums in integer arithmetic (truncating)
         return cupy.trunc(y / divisor).astype(dt)
@@ -241,11 +241,11 @@ def avg_pool2d_backward(g: cupy.ndarray, size: Pair, kernel: Pair, stride: Pair,
     """The adjoint of avg_pool2d: each output's gradient, divided, spread over its window."""
     dt, out = g.dtype, g.shape[2:]
     g = _compute(g)
-    divisor = _host._avg_divisor(size, kernel, stride, padding, out, count_include_pad, divisor_override,
+    divisor = cpu_pool._avg_divisor(size, kernel, stride, padding, out, count_include_pad, divisor_override,
                                  np.dtype(g.dtype))  # fmt: skip
     g = g / _dev(divisor)
     dx = cupy.zeros(g.shape[:2] + tuple(size), g.dtype)
-    for _, _, (ro, co), (ri, ci) in _host._pool_taps(size, kernel, stride, padding, (1, 1), out):
+    for _, _, (ro, co), (ri, ci) in cpu_pool._pool_taps(size, kernel, stride, padding, (1, 1), out):
         dx[:, :, ri, ci] += g[:, :, ro, co]
     return dx.astype(dt, copy=False)
 
@@ -253,7 +253,7 @@ def avg_pool2d_backward(g: cupy.ndarray, size: Pair, kernel: Pair, stride: Pair,
 def adaptive_max_pool2d(x: cupy.ndarray, out: Pair) -> tuple[cupy.ndarray, cupy.ndarray]:
     """Max over PyTorch's adaptive windows, with flat per-plane indices."""
     n, c, h, w = x.shape
-    ih, iw = _host._adaptive_index(h, out[0]), _host._adaptive_index(w, out[1])
+    ih, iw = cpu_pool._adaptive_index(h, out[0]), cpu_pool._adaptive_index(w, out[1])
     rows, cols = ih[:, None, :, None], iw[None, :, None, :]
     taps = ih.shape[1] * iw.shape[1]
     win = x[:, :, _dev(rows), _dev(cols)].reshape(n, c, *out, taps)  # (N, C, OH, OW, kh*kw)
@@ -274,7 +274,7 @@ def _first_max(win: cupy.ndarray) -> cupy.ndarray:
 
 def adaptive_avg_matrix(size: int, out: int, dt: np.dtype) -> cupy.ndarray:
     """(out, size): row i averages PyTorch's adaptive window i, so pooling an axis is one matmul."""
-    return _dev(_host.adaptive_avg_matrix(size, out, dt))
+    return _dev(cpu_pool.adaptive_avg_matrix(size, out, dt))
 
 
 def gather_planes(a: cupy.ndarray, idx: cupy.ndarray) -> cupy.ndarray:
@@ -300,19 +300,19 @@ def _on_device(plan: tuple) -> tuple:
 
 
 def pad_plan(mode: str, size: int, before: int, after: int) -> tuple:
-    return _on_device(_host.pad_plan(mode, size, before, after))
+    return _on_device(cpu_resample.pad_plan(mode, size, before, after))
 
 
 def nearest_plan(size: int, out: int, scale: float | None, exact: bool) -> tuple:
-    return _on_device(_host.nearest_plan(size, out, scale, exact))
+    return _on_device(cpu_resample.nearest_plan(size, out, scale, exact))
 
 
 def linear_plan(size: int, out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> tuple:
-    return _on_device(_host.linear_plan(size, out, align_corners, scale, dt))
+    return _on_device(cpu_resample.linear_plan(size, out, align_corners, scale, dt))
 
 
 def resample(a: cupy.ndarray, plan: tuple) -> cupy.ndarray:
-    """Apply `plan` (one step per trailing axis, see cpu_conv) to a."""
+    """Apply `plan` (one step per trailing axis, see cpu_resample) to a."""
     dt = a.dtype
     out = a if all(len(p) == 1 for p in plan) else _compute(a)
     for axis, step in zip(range(-len(plan), 0), plan):

@@ -451,6 +451,8 @@ def topk(a: np.ndarray, k: int, axis: int, largest: bool) -> tuple[np.ndarray, n
 from serve.backend import cpu_memory  # noqa: E402
 from serve.backend.cpu_conv import *  # noqa: E402, F403
 from serve.backend.cpu_nn import *  # noqa: E402, F403
+from serve.backend.cpu_pool import *  # noqa: E402, F403
+from serve.backend.cpu_resample import *  # noqa: E402, F403
 
 cpu_memory.keep_freed_buffers()  # activations reuse mapped heap memory instead of page-faulting fresh mmaps
 cpu_threads.hold_blas()  # serve's lanes split the work; numpy's BLAS runs one thread under them

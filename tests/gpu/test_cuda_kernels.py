@@ -16,7 +16,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from serve.backend import cpu_conv  # noqa: E402
+from serve.backend import cpu_conv, cpu_pool  # noqa: E402
 from serve.backend import cuda_kernels as ck  # noqa: E402
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
@@ -378,7 +378,7 @@ def test_max_pool2d(rng, dt, cfg, ties):
         v[0, 0, 0, 0] = np.nan
         v[-1, -1, -1, -1] = np.nan
     out = (pool_out(h, k[0], s[0], p[0], d[0], ceil), pool_out(w, k[1], s[1], p[1], d[1], ceil))
-    ref, ref_idx = cpu_conv.max_pool2d(rounded(v, dt), k, s, p, d, out, True)
+    ref, ref_idx = cpu_pool.max_pool2d(rounded(v, dt), k, s, p, d, out, True)
     poison(n * c * out[0] * out[1] * np.dtype(dt).itemsize, n * c * out[0] * out[1] * 8)
     y, idx = ck.max_pool2d(dev(v, dt), k, s, p, d, out, True)
     np.testing.assert_array_equal(host(y), ref)
@@ -396,7 +396,7 @@ def test_avg_pool2d(rng, dt, cfg, include_pad, divisor):
     h, w, k, s, p, _, ceil = cfg
     v = rng.standard_normal((2, 3, h, w))
     out = (pool_out(h, k[0], s[0], p[0], 1, ceil), pool_out(w, k[1], s[1], p[1], 1, ceil))
-    ref = cpu_conv.avg_pool2d(rounded(v, dt), k, s, p, out, include_pad, divisor)
+    ref = cpu_pool.avg_pool2d(rounded(v, dt), k, s, p, out, include_pad, divisor)
     poison(2 * 3 * out[0] * out[1] * np.dtype(dt).itemsize)
     check(ck.avg_pool2d(dev(v, dt), k, s, p, out, include_pad, divisor), ref, dt)
 

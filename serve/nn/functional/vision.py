@@ -29,7 +29,7 @@ _LINEAR_DIMS = {"linear": 1, "bilinear": 2, "trilinear": 3}
 
 
 class Resample(Primitive):
-    """x resampled along its trailing axes by a backend plan (see serve/backend/cpu_conv.py)."""
+    """x resampled along its trailing axes by a backend plan (see serve/backend/cpu_resample.py)."""
 
     _node_name = "ResampleBackward0"
 

@@ -8,7 +8,7 @@ import platform
 import numpy as np
 import pytest
 
-from serve.backend import cpu_conv, cpu_memory
+from serve.backend import cpu_memory, cpu_pool
 
 CONFIGS = [  # (H, W), kernel, stride, padding, dilation
     ((112, 112), (3, 3), (2, 2), (1, 1), (1, 1)),
@@ -41,8 +41,8 @@ def test_separable_max_pool_matches_tap_by_tap(config, ceil, dtype) -> None:
         x[0, 1, 2, 3] = np.nan
         x[1, 2, 0, :] = -np.inf
     out = _out(size, kernel, stride, padding, dilation, ceil)
-    fast, _ = cpu_conv.max_pool2d(x, kernel, stride, padding, dilation, out, False)
-    plain, _ = cpu_conv.max_pool2d(x, kernel, stride, padding, dilation, out, True)
+    fast, _ = cpu_pool.max_pool2d(x, kernel, stride, padding, dilation, out, False)
+    plain, _ = cpu_pool.max_pool2d(x, kernel, stride, padding, dilation, out, True)
     assert fast.shape == (2, 3, *out) and fast.dtype == x.dtype
     np.testing.assert_array_equal(fast, plain)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import serve
-from serve.backend import cpu_blas, cpu_conv, cpu_nn, cpu_threads, ops_cpu
+from serve.backend import cpu_blas, cpu_conv, cpu_nn, cpu_pool, cpu_threads, ops_cpu
 
 
 @pytest.fixture
@@ -215,8 +215,8 @@ def test_elementwise_kernels_on_lanes_equal_numpy(shape: tuple[int, ...]) -> Non
     assert cpu_nn.relu_(relu) is relu
     np.testing.assert_array_equal(relu, np.maximum(x, 0))
     if x.ndim == 4:
-        pooled, _ = cpu_conv.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), False)
-        plain, _ = cpu_conv.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), True)
+        pooled, _ = cpu_pool.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), False)
+        plain, _ = cpu_pool.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (32, 32), True)
         np.testing.assert_array_equal(pooled, plain)
 
 
@@ -229,7 +229,7 @@ def test_empty_batches_keep_their_shapes(count: int) -> None:
         y = cpu_conv.conv2d(x, np.ones((5, 4, k, k), np.float32), np.ones(5, np.float32), (1, 1), (0,) * 4, (1, 1), 1)
         assert y.shape == (0, 5, size, size) and y.dtype == np.float32
     assert cpu_nn.batch_norm_eval(x, np.zeros(4), np.ones(4), None, None, 1e-5).shape == x.shape
-    assert cpu_conv.max_pool2d(x, (2, 2), (2, 2), (0, 0), (1, 1), (4, 4), False)[0].shape == (0, 4, 4, 4)
+    assert cpu_pool.max_pool2d(x, (2, 2), (2, 2), (0, 0), (1, 1), (4, 4), False)[0].shape == (0, 4, 4, 4)
 
 
 @pytest.mark.usefixtures("lanes")

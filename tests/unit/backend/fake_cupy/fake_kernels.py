@@ -8,7 +8,7 @@ import cupy
 import ml_dtypes
 import numpy as np
 
-from serve.backend import cpu_conv, cpu_nn, ops_cpu
+from serve.backend import cpu_nn, cpu_pool, ops_cpu
 
 OK = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 calls = []
@@ -117,13 +117,13 @@ def _top_left(p):
 def max_pool2d(x, kernel, stride, padding, dilation, out_hw, with_indices):
     x = _chk(x, "max_pool2d")
     assert x.ndim == 4
-    y, idx = cpu_conv.max_pool2d(x, kernel, stride, _top_left(padding), dilation, tuple(out_hw), True)
+    y, idx = cpu_pool.max_pool2d(x, kernel, stride, _top_left(padding), dilation, tuple(out_hw), True)
     return np.ascontiguousarray(y).view(cupy.ndarray), (idx.view(cupy.ndarray) if with_indices else None)
 
 
 def avg_pool2d(x, kernel, stride, padding, out_hw, count_include_pad, divisor_override):
     x = _chk(x, "avg_pool2d")
-    return cpu_conv.avg_pool2d(
+    return cpu_pool.avg_pool2d(
         x, kernel, stride, _top_left(padding), tuple(out_hw), count_include_pad, divisor_override
     ).view(cupy.ndarray)
 
