@@ -132,6 +132,8 @@ static void tile_block(const Plan *pl, const bf16 *abuf, long long p, int mr, co
     const bf16 *b = pl->wp + p * pl->kp * 2 * NR;
     float acc[2 * TROWS * NR] __attribute__((aligned(64)));
     SK_AMX_REGION(3, acc, sizeof(acc));
+    /* gcc's tileloadd asm declares no memory read: the A rows and tail tiles written in C must be stored first */
+    __asm__ volatile("" ::: "memory");
     _tile_zero(0);
     _tile_zero(1);
     if (mr > TROWS) {
