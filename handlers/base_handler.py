@@ -85,6 +85,7 @@ class BaseHandler:
         self.device: Any = None
         self.dtype: Any = serve.float32  # the model's floating-point dtype (model-config `dtype`)
         self.product_dtype = "float32"  # the inference plan's products ("bfloat16": model-config dtype on the CPU)
+        self.product_quantization: str | None = None  # "int8": the plan's linear layers quantised (model-config)
         self.initialized = False
         self.context: Context | None = None
         self.manifest: dict[str, Any] | None = None
@@ -114,6 +115,7 @@ class BaseHandler:
             self.dtype, self.product_dtype = serve.float32, "bfloat16"
             logger.info("dtype bfloat16 on the CPU: float32 weights and activations, bfloat16 products in the "
                         "inference plan where the CPU has AVX512-BF16 (float32 elsewhere)")  # fmt: skip
+        self.product_quantization = model_quantization(self.model_yaml_config)
         self.model = self.convert_model(self.load_model(context))
         self.mapping = load_label_mapping(self.model_dir / "index_to_name.json")
         self.initialized = True
@@ -329,6 +331,20 @@ def model_dtype(model_config: dict[str, Any]) -> Any:
     if name not in MODEL_DTYPES:
         raise ValueError(f"model-config dtype {name!r} is not valid: expected one of {', '.join(MODEL_DTYPES)}")
     return MODEL_DTYPES[name]
+
+
+def model_quantization(model_config: dict[str, Any]) -> str | None:
+    """The model-config's `quantization` (ours, for the CPU inference plan): None, or "int8" (linear layers run
+    dynamically quantised int8 products where the CPU has AVX512-VNNI; serve.inference.optimize)."""
+    value = model_config.get("quantization")
+    if value is None:
+        return None
+    if value != "int8":
+        raise ValueError(f"model-config quantization {value!r} is not valid: use int8, or leave it out for float32")
+    if model_config.get("dtype") not in (None, "float32"):
+        raise ValueError(f"model-config quantization int8 with dtype {model_config.get('dtype')!r}: choose one "
+                         "(int8 products keep float32 weights and activations)")  # fmt: skip
+    return "int8"
 
 
 def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from serve import nn
-from serve.backend import cpu_threads
+from serve.backend import cpu_i8, cpu_threads
 from serve.inference import kernels
 from serve.inference.deferred import Deferred, deferred_like
 from serve.inference.epilogue import wrap
@@ -50,11 +50,12 @@ def _spans(rows: int, flops_per_row: int) -> list[tuple[int, int]]:
 def _gemm(layer: PlannedLinear, kernel: str, x2: np.ndarray, res: np.ndarray | None, out: np.ndarray,
           after: Any = None) -> None:  # fmt: skip
     """out = x2 @ W + bias (+ res), split by rows over the lanes; `after(r0, r1)` runs on each lane's rows next."""
-    nat = kernels.native()
-    packed = layer.packed(kernels.packing(kernel) or "float32")
+    dtype = kernels.packing(kernel) or "float32"
+    packed = layer.packed(dtype)
+    gemm = cpu_i8.gemm if dtype == "int8" else kernels.native().gemm
 
     def part(r0: int, r1: int) -> None:
-        nat.gemm(x2, packed, bias=layer.bias, residual=res, out=out, rows=(r0, r1))
+        gemm(x2, packed, bias=layer.bias, residual=res, out=out, rows=(r0, r1))
         if after is not None:
             after(r0, r1)
 

@@ -17,6 +17,9 @@ Convolutions:
 Linear layers:
 - `blas`: the weight transposed once to (in, out), one BLAS product, bias in place, the activation module.
 - `native`: the C GEMM on the packed weight with bias and activation in its epilogue, split by rows.
+- `native_int8`: dynamically quantised int8 products (serve.backend.cpu_i8: int8 weights per column, u8 activations
+  per row, int32 sums on AVX512-VNNI), same epilogue, split by rows; when the plan was asked for int8 products and
+  the layer is not one mixed precision keeps float32.
 
 A channels-last result is returned as its NCHW-shaped view (PyTorch's channels_last memory format), so code
 between layers sees the usual shapes and the next planned convolution reads it without a copy.
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from serve.backend import cpu_blas, cpu_threads, ops_cpu
+from serve.backend import cpu_blas, cpu_i8, cpu_threads, ops_cpu
 from serve.inference import arena
 from serve.inference.epilogue import add_bias_
 
@@ -63,6 +66,17 @@ def _bf16(layer: Any) -> bool:
     if layer.product_dtype != "bfloat16" or layer.keep_float32 or not bf16_products():
         return False
     return getattr(layer, "groups", 1) == 1 and layer.weight.shape[1] >= 16
+
+
+def int8_products() -> bool:
+    """Whether this CPU runs the native int8 products (AVX512-VNNI, serve.backend.cpu_i8)."""
+    return cpu_i8.available()
+
+
+def _int8(layer: Any) -> bool:
+    """int8 products for this linear layer: asked for, on a CPU with the VNNI kernel, not kept float32 by mixed
+    precision (the model's first and last product layers)."""
+    return layer.product_dtype == "int8" and not layer.keep_float32 and int8_products()
 
 
 def channels_last(x: np.ndarray) -> np.ndarray:
@@ -162,7 +176,7 @@ def packing(name: str) -> str | None:
         return None
     if "_winograd" in name:
         return name.removeprefix("native_nhwc_")
-    return "bfloat16" if name.endswith("_bf16") else "float32"
+    return "bfloat16" if name.endswith("_bf16") else "int8" if name.endswith("_int8") else "float32"
 
 
 # name -> (kernel, whether it applies the activation itself, whether it can run this layer)
@@ -194,8 +208,10 @@ def linear_native(layer: PlannedLinear, x2: np.ndarray, dtype: str = "float32") 
     out = arena.empty(layer, (m, layer.out_features))
     packed = layer.packed(dtype)
 
+    gemm = cpu_i8.gemm if dtype == "int8" else nat.gemm
+
     def part(r0: int, r1: int) -> None:
-        nat.gemm(x2, packed, bias=layer.bias, act=layer.act or "none", out=out, rows=(r0, r1))
+        gemm(x2, packed, bias=layer.bias, act=layer.act or "none", out=out, rows=(r0, r1))
 
     cpu_threads.parallel(part, _pixel_spans(m, 2 * layer.in_features * layer.out_features))
     return out
@@ -205,4 +221,5 @@ LINEAR_KERNELS: dict[str, tuple[Kernel, bool, Callable[[PlannedLinear], bool]]] 
     "blas": (linear_blas, False, lambda layer: True),
     "native": (linear_native, True, lambda layer: native() is not None),
     "native_bf16": (lambda layer, x: linear_native(layer, x, "bfloat16"), True, lambda layer: _bf16(layer)),
+    "native_int8": (lambda layer, x: linear_native(layer, x, "int8"), True, _int8),
 }

@@ -8,11 +8,12 @@ Decisions, and why:
   Each layer times at most 32 shapes: past that (a client sending ever new shapes), a new shape takes the layer's
   most chosen kernel, untimed and unremembered, so no request can make the plan grow or time without bound.
 - Never wrong for being optimized: the first plan is checked against the original module on its example inputs
-  (every output tensor within 1e-4 of eager, relative to its largest magnitude), and each `warm` shape is checked
-  too (a detector's boxes, labels and scores as sets: two detections whose scores tie within rounding may swap,
-  serve/inference/detections.py). A mismatch, or an error while capturing or checking, logs why and the model
-  runs eagerly from then on (`optimized` False, `reason` says why). Each kernel of a planned layer is also
-  checked against the reference kernel on the layer's real input when it is timed.
+  (every output tensor within 1e-4 of eager, relative to its largest magnitude; bfloat16 products 1e-2; int8
+  products, whose per-row activation rounding compounds over layers, a relative L2 error of 0.25), and each
+  `warm` shape is checked too (a detector's boxes, labels and scores as sets: two detections whose scores tie
+  within rounding may swap, serve/inference/detections.py). A mismatch, or an error while capturing or checking,
+  logs why and the model runs eagerly from then on (`optimized` False, `reason` says why). Each kernel of a
+  planned layer is also checked against the reference kernel on the layer's real input when it is timed.
 - The plan runs under no_grad (serving always does). With grad enabled, calls go to the original module, so a
   training step or a gradient through the model still works.
 - The original module is left as it was: the plan is a copy of its tree that shares all unchanged tensors. It is
@@ -34,7 +35,7 @@ from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
 from serve.inference.arena import Arena
 from serve.inference.detections import aligned
-from serve.inference.planned import BF16_RTOL, RTOL, _Fused
+from serve.inference.planned import BF16_RTOL, INT8_PLAN_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.inference.precision import layer_precisions
 from serve.inference.tuning import TuningClock
@@ -58,9 +59,10 @@ def _arrays(out: Any) -> list[np.ndarray]:
     return []
 
 
-def mismatch(got: Any, want: Any, rtol: float = RTOL) -> str | None:
-    """Why `got` is not `want` within rtol (relative to each tensor's largest magnitude), or None. Detections
-    (dicts of boxes, labels, scores) are compared as sets: rows in eager's order first (detections.py)."""
+def mismatch(got: Any, want: Any, rtol: float = RTOL, l2: bool = False) -> str | None:
+    """Why `got` is not `want` within rtol (relative to each tensor's largest magnitude; with `l2`, its relative L2
+    error ||got - want|| / ||want||), or None. Detections (dicts of boxes, labels, scores) are compared as sets: rows
+    in eager's order first (detections.py)."""
     a, b = _arrays(aligned(got, want)), _arrays(want)
     if len(a) != len(b):
         return f"the plan returned {len(a)} tensors, eager {len(b)}"
@@ -77,7 +79,11 @@ def mismatch(got: Any, want: Any, rtol: float = RTOL) -> str | None:
         scale = float(np.max(np.abs(y)))
         if not np.isfinite(err) and not np.array_equal(x, y, equal_nan=True):
             return f"output {i}: non-finite values differ from eager"
-        if err > rtol * scale + 1e-6:
+        if l2:
+            rel = float(np.linalg.norm(x.astype(np.float64) - y) / max(float(np.linalg.norm(y)), 1e-30))
+            if rel > rtol:
+                return f"output {i}: relative L2 error {rel:.3g} vs eager (tolerance {rtol:g})"
+        elif err > rtol * scale + 1e-6:
             return f"output {i}: max error {err:.3g} vs eager (largest magnitude {scale:.3g}, tolerance {rtol:g})"
     return None
 
@@ -87,14 +93,15 @@ class OptimizedModule:
 
     def __init__(self, model: Module, *, tune: bool = True, check: bool = True,
                  passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32",
-                 kernels: tuple[str, ...] | None = None) -> None:  # fmt: skip
+                 kernels: tuple[str, ...] | None = None, quantization: str | None = None) -> None:  # fmt: skip
         self.original = model
         self.optimized = False
         self.reason: str | None = "not planned yet: the plan is made at the first call or warm()"
         self._tune, self._check, self._passes = tune, check, tuple(passes)
         self._kernels = None if kernels is None else set(kernels)
-        self.products = _products(dtype)
-        self._rtol = BF16_RTOL if self.products == "bfloat16" else RTOL
+        self.products = _products(dtype, quantization)
+        self._rtol = {"bfloat16": BF16_RTOL, "int8": INT8_PLAN_RTOL}.get(self.products, RTOL)
+        self._l2 = self.products == "int8"  # an int8 plan's whole-model check: relative L2 (planned.INT8_PLAN_RTOL)
         self._plan: Module | None = None
         self._refused = False
         self._rewrite: rewriting.Rewrite | None = None
@@ -169,7 +176,7 @@ class OptimizedModule:
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")
             return self.original(*args, **kwargs)
-        why = mismatch(out, eager_out, self._rtol) if self._check else None
+        why = mismatch(out, eager_out, self._rtol, self._l2) if self._check else None
         if why is not None:
             self._refuse(f"the plan's output differs from eager on the example input: {why}")
             return eager_out
@@ -187,7 +194,7 @@ class OptimizedModule:
         except Exception as e:
             self._refuse(f"the plan failed on a warm-up input ({type(e).__name__}: {e})")
             return
-        why = mismatch(got, want, self._rtol)
+        why = mismatch(got, want, self._rtol, self._l2)
         if why is not None:
             self._refuse(f"the plan's output differs from eager for inputs {_shapes(args, kwargs)}: {why}")
 
@@ -232,10 +239,21 @@ class OptimizedModule:
         }
 
 
-def _products(dtype: str) -> str:
-    """The dtype of the plan's products: bfloat16 only where the CPU has AVX512-BF16 (else float32, logged)."""
+def _products(dtype: str, quantization: str | None = None) -> str:
+    """The dtype of the plan's products: bfloat16 only where the CPU has AVX512-BF16, int8 only where it has
+    AVX512-VNNI (else float32, logged)."""
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"optimize(dtype={dtype!r}): the CPU plan's products are float32 or bfloat16")
+    if quantization not in (None, "int8"):
+        raise ValueError(f"optimize(quantization={quantization!r}): the CPU plan quantises to int8 (or leave it out)")
+    if quantization == "int8":
+        if dtype != "float32":
+            raise ValueError(f"optimize(dtype={dtype!r}, quantization='int8'): choose one product precision")
+        if not kernel_table.int8_products():
+            log.warning("int8 products asked for, but this CPU has no AVX512-VNNI (or serve's native kernels did not "
+                        "load): the plan computes in float32")  # fmt: skip
+            return "float32"
+        return "int8"
     if dtype == "bfloat16" and not kernel_table.bf16_products():
         log.warning("bfloat16 products asked for, but this CPU has no AVX512-BF16 (or serve's native kernels did not "
                     "load): the plan computes in float32")  # fmt: skip
@@ -249,7 +267,7 @@ def _shapes(args: tuple, kwargs: dict[str, Any]) -> list:
 
 def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tune: bool = True,
              check: bool = True, passes: tuple[str, ...] = rewriting.PASSES, dtype: str = "float32",
-             kernels: tuple[str, ...] | None = None) -> OptimizedModule:  # fmt: skip
+             kernels: tuple[str, ...] | None = None, quantization: str | None = None) -> OptimizedModule:  # fmt: skip
     """Make `model`'s inference plan (see the module docstring). `example_inputs` (a tensor or a tuple of the
     forward's positional arguments) plans, tunes and checks now; without it, the first call does. `passes`
     (a subset of fold, fuse, group, pool) is for measuring what each buys; `tune=False` takes each layer's
@@ -257,7 +275,10 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     `dtype="bfloat16"` lets the products run on bfloat16 operands with float32 accumulation where the CPU has
     AVX512-BF16 (float32 elsewhere, logged); its check against eager is then 1e-2 instead of 1e-4. `kernels`
     limits the kernels each layer may choose among (serve.inference.kernels' names; the numpy reference kernel
-    always stays), to measure what each one buys."""
+    always stays), to measure what each one buys. `quantization="int8"` (PyTorch's `quantize_dynamic` arithmetic,
+    serve.backend.cpu_i8) lets linear layers run int8 products (weights quantised once here, activations per row
+    at each call, int32 sums) where the CPU has AVX512-VNNI, the first and last product layers kept float32; its
+    check against eager is then each output's relative L2 error within 0.25 (planned.INT8_PLAN_RTOL)."""
     if not isinstance(model, Module):
         raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
     if model.training:
@@ -268,7 +289,8 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     known = set(kernel_table.CONV_KERNELS) | set(kernel_table.LINEAR_KERNELS)
     if kernels is not None and set(kernels) - known:
         raise ValueError(f"unknown kernels {sorted(set(kernels) - known)}: choose among {sorted(known)}")
-    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels)
+    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels,
+                          quantization=quantization)
     if example_inputs is not None:
         opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
     return opt

@@ -22,7 +22,7 @@ import numpy as np
 
 import serve
 from serve import nn
-from serve.backend import cpu_nn
+from serve.backend import cpu_i8, cpu_nn
 from serve.inference import addnorm, arena, kernels, residual, tuning
 from serve.inference.epilogue import activation_name, apply_activation, wrap
 from serve.nn import functional as F
@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 _MARKS: dict[int, tuple[weakref.ref, int, Any]] = {}
 RTOL = 1e-4  # a kernel is kept only when it agrees with the reference this closely (relative to the output's max)
 BF16_RTOL = 1e-2  # a bfloat16 product's operands carry 8 bits of mantissa: the issue's 1e-2 on logits
+# int8 products (serve.backend.cpu_i8): one layer against float32, max error over largest magnitude (all-MiniLM-L6's
+# layers on a padded batch of 8: 0.2-2.5e-2); a whole plan, each output's relative L2 error (its layers' errors
+# compound, and a padded position's output, which masked pooling drops, moves most: MiniLM's token embeddings 0.15
+# with padding, its sentence embeddings 0.056, a BERT-base-sized random-weight encoder 0.009)
+INT8_RTOL = 5e-2
+INT8_PLAN_RTOL = 0.25
 MAX_SHAPES = 32  # shapes a layer times kernels for; past it, new shapes take its most chosen kernel untimed
 _TIME_REPS = 3  # timed rounds per kernel at a new shape; the fastest of each counts
 # after the first round only kernels within _CONTENDER of the best are timed again, and a layer whose best takes
@@ -210,7 +216,8 @@ class _Fused(Module):
                 continue
             if ref is None:
                 ref = got.astype(np.float32) if got.dtype == np.float32 else got.astype(np.float64)  # a copy
-            elif not agrees(got, ref, BF16_RTOL if name.endswith("_bf16") else RTOL):
+            elif not agrees(got, ref, INT8_RTOL if name.endswith("_int8") else BF16_RTOL if name.endswith("_bf16")
+                            else RTOL):  # fmt: skip
                 log.warning("kernel %s disagrees with the reference on %s; not used", name, data.shape)
                 continue
             usable.append(name)
@@ -356,8 +363,9 @@ class PlannedLinear(_Fused):
         self._b_t = None if self.bias is None else serve.from_numpy(self.bias)
 
     def packed(self, dtype: str = "float32") -> Any:
-        if dtype not in self._packed:
-            self._packed[dtype] = kernels.native().pack_weight(self.weight_kn(), dtype=dtype)
+        if dtype not in self._packed:  # int8: quantised once, here (serve.backend.cpu_i8)
+            self._packed[dtype] = (cpu_i8.pack(self.weight_kn()) if dtype == "int8"
+                                   else kernels.native().pack_weight(self.weight_kn(), dtype=dtype))  # fmt: skip
         return self._packed[dtype]
 
     def forward(self, x: Any) -> Tensor:
@@ -404,6 +412,7 @@ class LinearGroup:
             bias = np.concatenate([m.bias if m.bias is not None else np.zeros(m.out_features, m.weight.dtype)
                                    for m in members])  # fmt: skip
         self.combined = PlannedLinear(None, None, None, arrays=(weight, bias))
+        self.combined.keep_float32 = any(m.keep_float32 for m in members)  # the model's first product among them
         self.members = members
         bounds = np.cumsum([0] + [m.out_features for m in members])
         self.columns = {id(m): (int(bounds[i]), int(bounds[i + 1])) for i, m in enumerate(members)}

@@ -1,4 +1,4 @@
-"""Which dtype each planned layer's products run in, and why float32 where bfloat16 was asked for.
+"""Which dtype each planned layer's products run in, and why float32 where bfloat16 (or int8) was asked for.
 
 `optimize(..., dtype="bfloat16")` (the model-config's `dtype: bfloat16`) only offers each layer its bfloat16 kernel
 beside the float32 ones; the layer's timing at each input shape picks the fastest that passes the 1e-2 check
@@ -18,6 +18,9 @@ be able to see which layers do and why the others do not. Decisions, and why:
   named after its members joined with '+'.
 - A bfloat16 entry names what runs it (`engine`: "amx" where the AMX tile path passed its self-check on this CPU,
   else "avx512_bf16"; serve.backend.cpu_libraries), since the two differ several times in speed.
+- `optimize(..., quantization="int8")` (the model-config's `quantization: int8`) is read the same way: its linear
+  layers are offered the dynamically quantised int8 kernel (`native_int8`, AVX512-VNNI), the timing decides, and a
+  float32 choice says why with the same causes (a convolution has no int8 kernel; the plan's check is 5e-2).
 - Compact, since the worker's handshake carries describe() (ResNet-50 warmed at 8 batch sizes is 432 entries):
   times only where they explain a float32 choice under bfloat16 (the chosen kernel's and the best bf16 one's);
   every kernel's times stay on the layer (`timings`) for whoever needs them.
@@ -32,33 +35,45 @@ from serve.inference import kernels
 __all__ = ["layer_precisions"]
 
 
-def _is_bf16(kernel: str) -> bool:
-    return kernel.endswith("_bf16")
+# per product dtype: the kernels' name suffix, what the CPU lacks without it, why a layer has none, the check
+_LOW = {
+    "bfloat16": ("_bf16", "AVX512-BF16", "depthwise or grouped, or under 16 input channels", "1e-2"),
+    "int8": ("_int8", "AVX512-VNNI", "int8 products are for linear layers; convolutions stay float32", "5e-2"),
+}
 
 
-def _best_bf16(layer: Any, times: dict[str, float]) -> str | None:
-    """The fastest bf16 kernel the layer timed to the end, or None."""
-    timed = [name for name in times if _is_bf16(name) and times[name] != float("inf")]
+def product_dtype(kernel: str) -> str:
+    """The dtype of kernel `kernel`'s products."""
+    return next((dtype for dtype, low in _LOW.items() if kernel.endswith(low[0])), "float32")
+
+
+def _best_low(layer: Any, times: dict[str, float], products: str) -> str | None:
+    """The fastest kernel of the plan's product dtype the layer timed to the end, or None."""
+    timed = [name for name in times if product_dtype(name) == products and times[name] != float("inf")]
     return min(timed, key=times.__getitem__) if timed else None
 
 
-def _why_float32(layer: Any, times: dict[str, float], chosen: str) -> str:
-    bf16_names = [name for name in layer.KERNELS if _is_bf16(name)]
+def _has_kernels(products: str) -> bool:
+    return kernels.bf16_products() if products == "bfloat16" else kernels.int8_products()
+
+
+def _why_float32(layer: Any, times: dict[str, float], chosen: str, products: str) -> str:
+    suffix, isa, no_kernel, rtol = _LOW[products]
     if layer.keep_float32:
         return "mixed precision keeps the model's first and last product layers in float32"
-    if not kernels.bf16_products():
-        return "this CPU has no bfloat16 kernel (AVX512-BF16)"
-    offered = [name for name in bf16_names if layer.KERNELS[name][2](layer)]
+    if not _has_kernels(products):
+        return f"this CPU has no {products} kernel ({isa})"
+    offered = [name for name in layer.KERNELS if name.endswith(suffix) and layer.KERNELS[name][2](layer)]
     if not offered:
-        return "no bfloat16 kernel for this layer (depthwise or grouped, or under 16 input channels)"
+        return f"no {products} kernel for this layer ({no_kernel})"
     if layer.allowed is not None and not any(name in layer.allowed for name in offered):
-        return "the bfloat16 kernel is not among the kernels optimize(kernels=...) allows"
-    best = _best_bf16(layer, times)
+        return f"the {products} kernel is not among the kernels optimize(kernels=...) allows"
+    best = _best_low(layer, times, products)
     if best is not None:
-        return (f"timed: float32 {chosen} {times[chosen] * 1e3:.3g} ms beat bfloat16 {best} "
+        return (f"timed: float32 {chosen} {times[chosen] * 1e3:.3g} ms beat {products} {best} "
                 f"{times[best] * 1e3:.3g} ms")  # fmt: skip
     if times:
-        return "the bfloat16 kernel differed from the reference by more than 1e-2 here and was not timed"
+        return f"the {products} kernel differed from the reference by more than {rtol} here and was not timed"
     return "not timed in this process (the choice came from the tuning cache, or tune=False)"
 
 
@@ -68,8 +83,8 @@ def _bf16_engine() -> str | None:
 
 
 def layer_precisions(fused: dict[str, Any], products: str) -> list[dict[str, Any]]:
-    """Per planned layer and input shape: the kernel and the dtype of its products; in a bfloat16 plan, why a float32
-    choice is float32, with the two times (ms) where the timing decided (the module docstring)."""
+    """Per planned layer and input shape: the kernel and the dtype of its products; in a bfloat16 or int8 plan, why a
+    float32 choice is float32, with the two times (ms) where the timing decided (the module docstring)."""
     entries: list[dict[str, Any]] = []
     seen: set[int] = set()
     for name, layer in fused.items():
@@ -83,11 +98,11 @@ def layer_precisions(fused: dict[str, Any], products: str) -> list[dict[str, Any
         for key, chosen in layer.choices.items():
             shape, _ = key
             times = layer.timings.get(key, {})
-            entry: dict[str, Any] = {"layer": name, "input": list(shape), "kernel": chosen,
-                                     "dtype": "bfloat16" if _is_bf16(chosen) else "float32"}  # fmt: skip
-            if products == "bfloat16" and not _is_bf16(chosen):
-                entry["float32_because"] = _why_float32(layer, times, chosen)
-                best = _best_bf16(layer, times)
+            dtype = product_dtype(chosen)
+            entry: dict[str, Any] = {"layer": name, "input": list(shape), "kernel": chosen, "dtype": dtype}
+            if products in _LOW and dtype == "float32":
+                entry["float32_because"] = _why_float32(layer, times, chosen, products)
+                best = _best_low(layer, times, products)
                 if best is not None and chosen in times:
                     entry["ms"] = {chosen: round(times[chosen] * 1e3, 3), best: round(times[best] * 1e3, 3)}
             if entry["dtype"] == "bfloat16":

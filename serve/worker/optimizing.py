@@ -93,7 +93,9 @@ def _optimize(handler: Any, model: Any, config: Mapping[str, Any] | None, batch_
     settings = optimize_settings(config)  # checked by _refusal already
     from serve.inference import optimize  # here: a worker that runs eagerly never imports it
 
-    opt = optimize(model, dtype=getattr(handler, "product_dtype", "float32"))
+    quantization = getattr(handler, "product_quantization", None)  # model-config `quantization: int8`
+    extra = {"quantization": quantization} if quantization else {}
+    opt = optimize(model, dtype=getattr(handler, "product_dtype", "float32"), **extra)
     handler.model = opt
     warmed = _warm(handler, opt, batch_size, settings.warmup_s)
     if isinstance(warmed, str):  # the warm-up raised: back to the eager model
