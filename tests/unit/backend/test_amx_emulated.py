@@ -299,3 +299,19 @@ def test_tiles_stay_off_until_enabled(tmp_path):
     out = _gemm(dll, a, _pack(w[None]), 64, None, None, "relu")
     assert dll.sk_amx_emu_ops() == 0
     assert_close(out, _reference(a, w, None, None, "relu"))
+
+
+@pytest.mark.parametrize(("child", "reason"), [
+    ("for (;;) {}", "did not finish within"),  # a hang: killed at the deadline
+    ("raise(SIGSEGV);", "died of signal 11"),  # a fault in the child, never in the caller
+])  # fmt: skip
+def test_a_selfcheck_that_hangs_or_crashes_leaves_amx_off(monkeypatch, tmp_path, child, reason):
+    from serve.backend import cpu_libraries
+
+    monkeypatch.setattr(cpu_libraries, "_status", cpu_libraries.amx_status())
+    monkeypatch.setattr(cpu_libraries, "SELFCHECK_MS", 300)
+    text, count = re.subn(r"_exit\(run_checks\(\)\);", child, (NATIVE / "sk_amx.c").read_text())
+    assert count == 1, "sk_amx.c's self-check child changed: update this test"
+    (tmp_path / "sk_amx.c").write_text(text)
+    assert not cpu_libraries.choose_amx(_library_file(_compile(tmp_path / "sk_amx.c")), {"amx_tile", "amx_bf16"}, {})
+    assert reason in cpu_libraries.amx_status()
