@@ -30,7 +30,7 @@ ISAS = {
     "_sk_avx512bf16": AVX512 + ["-mavx512bf16", "-mavx512vnni", "-DSK_BF16=1"],
     "_sk_amx": AVX512 + ["-mavx512bf16", "-mavx512vnni", "-DSK_BF16=1"] + AMX,
 }
-EXTRA_SOURCES = {"_sk_amx": ["serve/backend/native/sk_amx.c"]}  # beside SOURCES, in that build only
+EXTRA_SOURCES = {"_sk_amx": ["serve/backend/native/sk_amx.c", "serve/backend/native/sk_amx_check.c"]}  # that build only
 
 
 class OptionalBuildExt(build_ext):

@@ -26,22 +26,17 @@
  *   accumulators' round trip through memory. From 8 rows the engine's 1024 bf16 FLOP/cycle, half wasted, still
  *   beat the vector units' 64-128.
  * - Nothing runs on tiles until Python has turned it on (sk_amx_enable) after sk_amx_request (Linux's
- *   arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) and sk_amx_selfcheck passed: a fork()ed child runs small
- *   GEMMs and a convolution on tiles, compares them with the vdpbf16ps path and _exit()s with its verdict; the
- *   parent waits a bounded time, so a fault, a hang or a wrong answer leaves the tiles off.
+ *   arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) and sk_amx_selfcheck (sk_amx_check.c: a fork()ed child
+ *   compares the tiles with the vdpbf16ps path) passed, so a fault, a hang or a wrong answer leaves the tiles off.
  * - -DSK_AMX_EMULATE replaces the tile instructions by a software tile file that checks what the hardware would
  *   fault on or silently mis-compute (tests/unit/backend/amx_emulator/sk_amx_emu.h), for machines without AMX;
  *   SK_AMX_REGION tells it which memory each load and store may touch. */
-#define _GNU_SOURCE /* fork, kill, nanosleep, syscall under -std=c11 */
+#define _GNU_SOURCE /* syscall under -std=c11 */
 #if SK_AMX
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "sk_isa.h"
@@ -334,115 +329,6 @@ int sk_amx_peak(long long iters) {
     }
     _tile_release();
     return 0;
-}
-
-/* ---------------------------------------------------------------- the self-check */
-
-static uint32_t lcg_state;
-static float lcg(void) { /* uniform in [-1, 1) */
-    lcg_state = lcg_state * 1664525u + 1013904223u;
-    return (float)(lcg_state >> 8) / (float)(1u << 23) - 1.0f;
-}
-static bf16 lcg_bf16(void) {
-    float f = lcg();
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return (bf16)(u >> 16);
-}
-
-static int close_enough(const float *got, const float *want, long long count) {
-    for (long long i = 0; i < count; i++) {
-        float d = got[i] - want[i], tol = 1e-3f * (1.0f + (want[i] < 0 ? -want[i] : want[i]));
-        if (!(d <= tol && -d <= tol))
-            return 0;
-    }
-    return 1;
-}
-
-/* One GEMM (m, k, n) and one convolution on tiles against vdpbf16ps; 0 when they agree, 1 when not, 2 no memory. */
-static int check_one(long long m, long long k, long long n, int act, int conv) {
-    long long nb = 1, h = 5, w = conv ? m / 5 : 1, kh = conv ? 3 : 1, taps = kh * kh, c = k;
-    long long rows = conv ? nb * h * w : m, kp = conv ? taps * ((c + 1) / 2) : (k + 1) / 2, np = (n + NR - 1) / NR;
-    float *a = malloc(sizeof(float) * (size_t)(rows * c)), *bias = malloc(sizeof(float) * (size_t)n);
-    float *res = malloc(sizeof(float) * (size_t)(rows * n)), *o1 = malloc(sizeof(float) * (size_t)(rows * n));
-    float *o2 = malloc(sizeof(float) * (size_t)(rows * n));
-    bf16 *wp = malloc(sizeof(bf16) * (size_t)(np * kp * 2 * NR));
-    int verdict = 2;
-    if (a && bias && res && o1 && o2 && wp) {
-        for (long long i = 0; i < rows * c; i++)
-            a[i] = lcg();
-        for (long long i = 0; i < rows * n; i++)
-            res[i] = lcg();
-        for (long long i = 0; i < n; i++)
-            bias[i] = lcg();
-        for (long long i = 0; i < np * kp * 2 * NR; i++)
-            wp[i] = lcg_bf16();
-        int e1, e2;
-        if (conv) {
-            e1 = sk_conv2d_bf16(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o1, act, 0, rows);
-            e2 = sk_conv2d_bf16_dp(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o2, act, 0,
-                                   rows);
-        } else {
-            e1 = sk_gemm_bf16(a, k, k, wp, n, bias, res, n, o1, n, act, 0, rows);
-            e2 = sk_gemm_bf16_dp(a, k, k, wp, n, bias, res, n, o2, n, act, 0, rows);
-        }
-        verdict = e1 || e2 ? 2 : close_enough(o1, o2, rows * n) ? 0 : 1;
-    }
-    free(a), free(bias), free(res), free(o1), free(o2), free(wp);
-    return verdict;
-}
-
-static int run_checks(void) {
-    static const long long shapes[][5] = {/* m, k, n, act, conv */
-                                          {37, 70, 45, 1, 0}, {64, 64, 64, 0, 0}, {16, 33, 32, 3, 0},
-                                          {9, 512, 96, 0, 0}, {40, 19, 40, 2, 1}};
-    lcg_state = 12345u;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        int v = check_one(shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4]);
-        if (v)
-            return v;
-    }
-    return 0;
-}
-
-/* Runs the check in a fork()ed child, single-threaded, with the tiles on, waiting at most timeout_ms. Returns 0
- * when it passed; 1 a mismatch, 2 the child ran out of memory or was refused the tiles, 3 it did not finish in
- * time (killed), 4 fork failed, 128 + n it died of signal n (SIGILL: no AMX after all). */
-int sk_amx_selfcheck(int timeout_ms) {
-    pid_t pid = fork();
-    if (pid < 0)
-        return 4;
-    if (pid == 0) {
-        /* a fault here is a verdict: no inherited handler (Python's faulthandler) reports it, no core file */
-        int fatal[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE};
-        for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
-            signal(fatal[i], SIG_DFL);
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core);
-        if (sk_amx_request() != 0)
-            _exit(2);
-        amx_on = 1;
-        amx_min_rows = 1;
-        _exit(run_checks());
-    }
-    struct timespec step = {0, 1000000};
-    int status = 0;
-    for (long long waited = 0;; waited++) {
-        pid_t got = waitpid(pid, &status, WNOHANG);
-        if (got == pid)
-            break;
-        if (got < 0)
-            return 4;
-        if (waited >= timeout_ms) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return 3;
-        }
-        nanosleep(&step, NULL);
-    }
-    if (WIFSIGNALED(status))
-        return 128 + WTERMSIG(status);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
 }
 
 #ifdef SK_AMX_EMULATE

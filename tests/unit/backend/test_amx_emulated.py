@@ -1,9 +1,9 @@
-"""serve's AMX kernels (serve/backend/native/sk_amx.c) checked on CPUs without AMX: the real source compiled with
--DSK_AMX_EMULATE against a software tile file (amx_emulator/sk_amx_emu.h, which also checks tile shapes, the
-configuration and every load's and store's bounds), loaded with ctypes, and compared with float64 references on the
-bf16-rounded operands over tails in M, N and K, each epilogue, convolutions (1x1, 3x3, strides, padding, dilation)
-and row spans as the lanes call them; plus the fork()ed self-check, and mutated copies (a wrong stride, a wrong
-tile shape) that the check and the self-check must catch.
+"""serve's AMX kernels (serve/backend/native/sk_amx.c, its self-check sk_amx_check.c) checked on CPUs without AMX: the
+real source compiled with -DSK_AMX_EMULATE against a software tile file (amx_emulator/sk_amx_emu.h, which also checks
+tile shapes, the configuration and every load's and store's bounds), loaded with ctypes, and compared with float64
+references on the bf16-rounded operands over tails in M, N and K, each epilogue, convolutions (1x1, 3x3, strides,
+padding, dilation) and row spans as the lanes call them; plus the fork()ed self-check, and mutated copies (a wrong
+stride, a wrong tile shape) that the check and the self-check must catch.
 
 Build artefacts go to a cache under the system temp dir keyed by the sources' content hash (never the repo). Skips
 without gcc, or on a CPU without AVX-512 and AVX512-BF16 (the code around the tiles is AVX-512). On an AMX CPU the
@@ -45,9 +45,9 @@ CONV_ARGS = [PTR] + [I64] * 4 + [PTR] + [I64] * 11 + [PTR, PTR, PTR, INT, I64, I
 ACTS = list(REF_ACT)
 
 
-def _compile(amx_source: Path) -> ctypes.CDLL:
-    """serve_kernels.c + amx_source with the emulator, cached by content hash under the temp dir."""
-    sources = [NATIVE / "serve_kernels.c", amx_source]
+def _compile(amx_source: Path, check_source: Path = NATIVE / "sk_amx_check.c") -> ctypes.CDLL:
+    """serve_kernels.c + amx_source + check_source with the emulator, cached by content hash under the temp dir."""
+    sources = [NATIVE / "serve_kernels.c", amx_source, check_source]
     digest = hashlib.sha256(" ".join(FLAGS).encode())
     for path in [*sources, NATIVE / "sk_isa.h", EMULATOR / "sk_amx_emu.h"]:
         digest.update(path.read_bytes())
@@ -310,8 +310,9 @@ def test_a_selfcheck_that_hangs_or_crashes_leaves_amx_off(monkeypatch, tmp_path,
 
     monkeypatch.setattr(cpu_libraries, "_status", cpu_libraries.amx_status())
     monkeypatch.setattr(cpu_libraries, "SELFCHECK_MS", 300)
-    text, count = re.subn(r"_exit\(run_checks\(\)\);", child, (NATIVE / "sk_amx.c").read_text())
-    assert count == 1, "sk_amx.c's self-check child changed: update this test"
-    (tmp_path / "sk_amx.c").write_text(text)
-    assert not cpu_libraries.choose_amx(_library_file(_compile(tmp_path / "sk_amx.c")), {"amx_tile", "amx_bf16"}, {})
+    text, count = re.subn(r"_exit\(run_checks\(\)\);", child, (NATIVE / "sk_amx_check.c").read_text())
+    assert count == 1, "sk_amx_check.c's self-check child changed: update this test"
+    (tmp_path / "sk_amx_check.c").write_text(text)
+    broken = _compile(NATIVE / "sk_amx.c", tmp_path / "sk_amx_check.c")
+    assert not cpu_libraries.choose_amx(_library_file(broken), {"amx_tile", "amx_bf16"}, {})
     assert reason in cpu_libraries.amx_status()

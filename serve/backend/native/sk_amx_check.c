@@ -1,0 +1,144 @@
+/* The AMX build's self-check (sk_amx_selfcheck, used by serve/backend/cpu_libraries.py before it selects the
+ * build): a fork()ed child runs small GEMMs and a 3x3 convolution with tails in M, N and K on the tile path and on
+ * the vdpbf16ps path of the same library, and exits with its verdict; the parent waits a bounded time. So a fault
+ * (SIGILL where the CPU or kernel lacks AMX after all, SIGSEGV), a hang or a wrong answer costs the child, never
+ * the caller. The child resets the fatal signals to their defaults (an inherited handler such as Python's
+ * faulthandler would report the fault as the caller's) and dumps no core. Only sk_amx.c's exported functions are
+ * used, so this file reads the kernel exactly as Python does. */
+#define _GNU_SOURCE /* fork, kill, nanosleep under -std=c11 */
+#if SK_AMX
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NR 32 /* the packed panel's columns */
+
+typedef uint16_t bf16;
+
+int sk_gemm_bf16(const float *a, long long lda, long long k, const bf16 *wp, long long n, const float *bias,
+                 const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1);
+int sk_gemm_bf16_dp(const float *a, long long lda, long long k, const bf16 *wp, long long n, const float *bias,
+                    const float *res, long long ldr, float *out, long long ldo, int act, long long r0, long long r1);
+int sk_conv2d_bf16(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp, long long oc,
+                   long long kh, long long kw, long long sh, long long sw, long long pt, long long pl, long long dh,
+                   long long dw, long long oh, long long ow, const float *bias, const float *res, float *out, int act,
+                   long long p0, long long p1);
+int sk_conv2d_bf16_dp(const float *x, long long nb, long long h, long long w, long long c, const bf16 *wp,
+                      long long oc, long long kh, long long kw, long long sh, long long sw, long long pt, long long pl,
+                      long long dh, long long dw, long long oh, long long ow, const float *bias, const float *res,
+                      float *out, int act, long long p0, long long p1);
+int sk_amx_request(void);
+int sk_amx_enable(int on, long long min_rows);
+
+static uint32_t lcg_state;
+static float lcg(void) { /* uniform in [-1, 1) */
+    lcg_state = lcg_state * 1664525u + 1013904223u;
+    return (float)(lcg_state >> 8) / (float)(1u << 23) - 1.0f;
+}
+static bf16 lcg_bf16(void) {
+    float f = lcg();
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return (bf16)(u >> 16);
+}
+
+static int close_enough(const float *got, const float *want, long long count) {
+    for (long long i = 0; i < count; i++) {
+        float d = got[i] - want[i], tol = 1e-3f * (1.0f + (want[i] < 0 ? -want[i] : want[i]));
+        if (!(d <= tol && -d <= tol))
+            return 0;
+    }
+    return 1;
+}
+
+/* One GEMM (m, k, n) and one convolution on tiles against vdpbf16ps; 0 when they agree, 1 when not, 2 no memory. */
+static int check_one(long long m, long long k, long long n, int act, int conv) {
+    long long nb = 1, h = 5, w = conv ? m / 5 : 1, kh = conv ? 3 : 1, taps = kh * kh, c = k;
+    long long rows = conv ? nb * h * w : m, kp = conv ? taps * ((c + 1) / 2) : (k + 1) / 2, np = (n + NR - 1) / NR;
+    float *a = malloc(sizeof(float) * (size_t)(rows * c)), *bias = malloc(sizeof(float) * (size_t)n);
+    float *res = malloc(sizeof(float) * (size_t)(rows * n)), *o1 = malloc(sizeof(float) * (size_t)(rows * n));
+    float *o2 = malloc(sizeof(float) * (size_t)(rows * n));
+    bf16 *wp = malloc(sizeof(bf16) * (size_t)(np * kp * 2 * NR));
+    int verdict = 2;
+    if (a && bias && res && o1 && o2 && wp) {
+        for (long long i = 0; i < rows * c; i++)
+            a[i] = lcg();
+        for (long long i = 0; i < rows * n; i++)
+            res[i] = lcg();
+        for (long long i = 0; i < n; i++)
+            bias[i] = lcg();
+        for (long long i = 0; i < np * kp * 2 * NR; i++)
+            wp[i] = lcg_bf16();
+        int e1, e2;
+        if (conv) {
+            e1 = sk_conv2d_bf16(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o1, act, 0, rows);
+            e2 = sk_conv2d_bf16_dp(a, nb, h, w, c, wp, n, kh, kh, 1, 1, 1, 1, 1, 1, h, w, bias, res, o2, act, 0,
+                                   rows);
+        } else {
+            e1 = sk_gemm_bf16(a, k, k, wp, n, bias, res, n, o1, n, act, 0, rows);
+            e2 = sk_gemm_bf16_dp(a, k, k, wp, n, bias, res, n, o2, n, act, 0, rows);
+        }
+        verdict = e1 || e2 ? 2 : close_enough(o1, o2, rows * n) ? 0 : 1;
+    }
+    free(a), free(bias), free(res), free(o1), free(o2), free(wp);
+    return verdict;
+}
+
+static int run_checks(void) {
+    static const long long shapes[][5] = {/* m, k, n, act, conv */
+                                          {37, 70, 45, 1, 0}, {64, 64, 64, 0, 0}, {16, 33, 32, 3, 0},
+                                          {9, 512, 96, 0, 0}, {40, 19, 40, 2, 1}};
+    lcg_state = 12345u;
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        int v = check_one(shapes[i][0], shapes[i][1], shapes[i][2], (int)shapes[i][3], (int)shapes[i][4]);
+        if (v)
+            return v;
+    }
+    return 0;
+}
+
+/* Runs the check in a fork()ed child, single-threaded, with the tiles on, waiting at most timeout_ms. Returns 0
+ * when it passed; 1 a mismatch, 2 the child ran out of memory or was refused the tiles, 3 it did not finish in
+ * time (killed), 4 fork failed, 128 + n it died of signal n (SIGILL: no AMX after all). */
+int sk_amx_selfcheck(int timeout_ms) {
+    pid_t pid = fork();
+    if (pid < 0)
+        return 4;
+    if (pid == 0) {
+        /* a fault here is a verdict: no inherited handler (Python's faulthandler) reports it, no core file */
+        int fatal[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE};
+        for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+            signal(fatal[i], SIG_DFL);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        if (sk_amx_request() != 0)
+            _exit(2);
+        sk_amx_enable(1, 1);
+        _exit(run_checks());
+    }
+    struct timespec step = {0, 1000000};
+    int status = 0;
+    for (long long waited = 0;; waited++) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            break;
+        if (got < 0)
+            return 4;
+        if (waited >= timeout_ms) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return 3;
+        }
+        nanosleep(&step, NULL);
+    }
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+}
+
+#endif /* SK_AMX */
