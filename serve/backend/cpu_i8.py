@@ -33,13 +33,24 @@ _PTR, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _GEMM: list[Any] = [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _I64, _INT, _I64, _I64]
 _QUANT: list[Any] = [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _I64]
 WIDTH = 32  # columns per packed panel (sk_i8.c's IW)
-_BOUND: dict[int, Any] = {}  # id(library) -> its sk_gemm_i8 (argtypes set) and sk_i8_quantize_rows
+_BOUND: dict[Any, Any] = {}  # id(library) -> its sk_gemm_i8 (argtypes set) and sk_i8_quantize_rows; "vnni" -> flag
+
+
+def _has_vnni() -> bool:
+    """Whether /proc/cpuinfo lists avx512_vnni (read once)."""
+    if "vnni" not in _BOUND:
+        try:
+            with open("/proc/cpuinfo") as f:
+                _BOUND["vnni"] = any(line.startswith("flags") and "avx512_vnni" in line.split() for line in f)
+        except OSError:
+            _BOUND["vnni"] = False
+    return bool(_BOUND["vnni"])
 
 
 def _kernels() -> tuple[Any, Any] | None:
     """sk_gemm_i8 and sk_i8_quantize_rows of the loaded bf16-capable build, when the CPU has AVX512-VNNI."""
     dll = cpu_native.bf16_library()
-    if dll is None or not hasattr(dll, "sk_gemm_i8") or "avx512_vnni" not in cpu_native._cpu_flags():
+    if dll is None or not hasattr(dll, "sk_gemm_i8") or not _has_vnni():
         return None
     if id(dll) not in _BOUND:
         gemm_fn, quant_fn = dll.sk_gemm_i8, dll.sk_i8_quantize_rows
