@@ -9,7 +9,7 @@ import pytest
 from serve.backend import cpu_i8
 
 native = pytest.mark.skipif(not cpu_i8.available(), reason="needs AVX512-VNNI and serve's AVX512-BF16 kernel build")
-ROWS = [1, 2, 5, 11, 12, 13, 24, 25, 95, 96, 97, 200]  # the 12-row blocks, their tails, the 96-row quantised groups
+ROWS = [1, 2, 5, 11, 12, 13, 24, 25, 97, 200, 600]  # the 12-row blocks, their tails, two 512-row quantised chunks
 TIGHT = 1e-5
 
 
@@ -72,7 +72,7 @@ def test_gemm_matches_the_reference_for_every_row_block_and_edge_panel(m):
 
 @native
 @pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
-@pytest.mark.parametrize("k,n", [(1, 1), (5, 17), (64, 32), (130, 33), (768, 100)])
+@pytest.mark.parametrize("k,n", [(1, 1), (5, 17), (64, 32), (130, 33), (768, 100), (4096, 130)])  # 2 panel groups
 def test_gemm_epilogues_and_tails(act, k, n):
     rng = np.random.default_rng(k * n)
     a, w, bias = _rand(rng, 13, k), _rand(rng, k, n), _rand(rng, n)
