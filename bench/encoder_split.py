@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/encoder_split.py                      # fp32 plan, batch 8 x 128, 5 rounds of 3 calls
     .venv/bin/python bench/encoder_split.py --dtype bfloat16 --batch 1
+    .venv/bin/python bench/encoder_split.py --quantization int8     # int8 products (serve.backend.cpu_i8)
 
 The encoder is bench/runtime.py's "Encoder 12x768 (BERT-base-sized)" case: serve's nn.TransformerEncoder, 12
 post-LN layers of 768 hidden, 12 heads, 3072 feed-forward, GELU, batch_first, random weights (the split does not
@@ -113,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--quantization", choices=("int8",), help="optimize(..., quantization=): int8 products")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args()
@@ -122,7 +124,8 @@ def main() -> None:
     x = serve.from_numpy(np.random.default_rng(0).standard_normal((args.batch, SEQ, D), dtype=np.float32))
     load = os.getloadavg()[0]
     with serve.no_grad():
-        opt = optimize(model, (x,), dtype=args.dtype)
+        opt = optimize(model, (x,), dtype=args.dtype, **({"quantization": args.quantization} if args.quantization
+                                                          else {}))  # fmt: skip
         assert opt.optimized, opt.reason
         instrument(opt)
         opt(x)
@@ -151,7 +154,7 @@ def main() -> None:
     peak = statistics.median(peaks)
     total = statistics.median(rows["total"])
     described = opt.describe()
-    print(f"serve {serve.__version__}, {described['native']}, products {args.dtype} "
+    print(f"serve {serve.__version__}, {described['native']}, products {described['products']} "
           f"({described['product_dtypes']}), batch {args.batch} x {SEQ}, 2 lanes, 1-minute load average {load:.1f} "
           f"at the start, {os.getloadavg()[0]:.1f} at the end; native fp32 GEMM peak here {peak:.0f} GFLOP/s "
           f"(median of the rounds' best)\n")  # fmt: skip

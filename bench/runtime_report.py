@@ -11,9 +11,11 @@ from runtime_worker import LIBS
 
 NAMES = {"serve": "serve eager", "serve-opt": "serve optimized", "torch": "PyTorch eager", "ort": "ONNX Runtime",
          "serve-opt-bf16": "serve optimized bf16", "torch-bf16": "PyTorch bf16 autocast",
-         "openvino": "OpenVINO default", "openvino-f32": "OpenVINO f32"}  # fmt: skip
+         "openvino": "OpenVINO default", "openvino-f32": "OpenVINO f32", "serve-opt-int8": "serve optimized int8",
+         "torch-int8": "PyTorch quantize_dynamic int8"}  # fmt: skip
 FP32 = LIBS[:4]  # the first tables' columns; the bf16 table has the rest beside serve optimized and PyTorch
 BF16 = ("serve-opt", "serve-opt-bf16", "torch", "torch-bf16", "openvino-f32", "openvino")
+INT8 = ("serve-opt", "serve-opt-bf16", "serve-opt-int8", "torch", "torch-int8")
 Result = dict[str, dict[str, Any]]  # lib -> {"info": ready message, "idle": [ms per round], "load": [ms per round]}
 
 
@@ -124,6 +126,8 @@ def tables(rows: list[tuple[Case, Result]], peaks: dict[str, float | None], meta
             lines.append(f"| {case.name} | " + " | ".join(cells) + f" | {ratio(best, rises['torch'])} |")
     if any(ms(r, lib) is not None for _, r in rows for lib in BF16[1:] if lib not in FP32):
         lines += ["", *bf16_table(rows)]
+    if any(ms(r, lib) is not None for _, r in rows for lib in ("serve-opt-int8", "torch-int8")):
+        lines += ["", *int8_table(rows)]
     lines += ["", *_notes(rows)]
     return "\n".join(lines)
 
@@ -150,6 +154,31 @@ def bf16_table(rows: list[tuple[Case, Result]]) -> list[str]:
         o, ob, t, tb, vf, vd = (ms(r, lib) for lib in BF16)
         cells = [fmt_ms(v) for v in (o, ob, t, tb, vf, vd)]
         cells += [ratio(ob, o), ratio(ob, vd), ratio(o, t), _bf16_layers(r)]
+        lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _err(result: Result, lib: str) -> str:
+    err = result.get(lib, {}).get("info", {}).get("err")
+    return "n/a" if err is None else f"{err:.2g}"
+
+
+def int8_table(rows: list[tuple[Case, Result]]) -> list[str]:
+    """serve's plan with quantization="int8" beside its fp32 and bf16 plans and PyTorch fp32 / quantize_dynamic."""
+    lines = ["int8, in the same rounds: serve's plan with `quantization=\"int8\"` (dynamically quantised int8 linear "
+             "layers on AVX512-VNNI where its timing picks them: layers int8 / all) beside its fp32 and bf16 plans, "
+             f"PyTorch {_version(rows, 'torch')} fp32 and torch.ao.quantization.quantize_dynamic (nn.Linear, qint8, "
+             "fbgemm). err: max difference from PyTorch fp32's output over its largest magnitude.", "",
+             "| model | serve fp32 ms | serve bf16 ms | serve int8 ms | torch fp32 ms | torch int8 ms "
+             "| serve int8 / serve fp32 | serve int8 / serve bf16 | serve int8 / torch int8 | serve layers int8 "
+             "| err serve int8 | err torch int8 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for case, r in rows:
+        o, ob, oi, t, ti = (ms(r, lib) for lib in INT8)
+        counts = r.get("serve-opt-int8", {}).get("info", {}).get("product_dtypes") or {}
+        layers = f"{counts.get('int8', 0)} / {sum(counts.values())}" if counts else "n/a"
+        cells = [fmt_ms(v) for v in (o, ob, oi, t, ti)] + [ratio(oi, o), ratio(oi, ob), ratio(oi, ti), layers]
+        cells += [_err(r, "serve-opt-int8"), _err(r, "torch-int8")]
         lines.append(f"| {case.name} | " + " | ".join(cells) + " |")
     return lines
 

@@ -11,7 +11,10 @@ LIB is serve (eager, under no_grad), serve-opt (serve.inference.optimize), torch
 per layer; its ready message says how many layers did), torch-bf16 (eager under torch.autocast("cpu",
 torch.bfloat16): PyTorch's own mixed precision, float32 weights), openvino (OpenVINO's CPU plugin on the ONNX file
 at its default precision: bf16 where the CPU has AMX, f32 elsewhere; the precision it chose is reported) and
-openvino-f32 (INFERENCE_PRECISION_HINT f32). OpenVINO is bench-only and never a dependency of serve: its workers run
+openvino-f32 (INFERENCE_PRECISION_HINT f32); serve-opt-int8 (optimize(..., quantization="int8"): dynamically quantised
+int8 linear layers where the timing picks them) and torch-int8 (torch.ao.quantization.quantize_dynamic on the
+nn.Linear modules, qint8, the fbgemm engine: PyTorch's int8 for encoders; the MHA fast path off, which does not take
+its quantized modules). OpenVINO is bench-only and never a dependency of serve: its workers run
 on the python of a venv of their own, bench/out/openvino/venv (OPENVINO_PYTHON), made with
 `python3 -m venv bench/out/openvino/venv && bench/out/openvino/venv/bin/pip install openvino`; without it their
 columns read n/a. gemm-numpy / gemm-torch measure the fp32 GEMM peak instead, and spin busy-loops.
@@ -30,14 +33,15 @@ from typing import Any
 import numpy as np
 from runtime_cases import Case, count_flops, first, serve_model
 
-LIBS = ("serve", "serve-opt", "torch", "ort", "serve-opt-bf16", "torch-bf16", "openvino", "openvino-f32")
+LIBS = ("serve", "serve-opt", "torch", "ort", "serve-opt-bf16", "torch-bf16", "openvino", "openvino-f32",
+        "serve-opt-int8", "torch-int8")  # fmt: skip
 OPENVINO_PYTHON = Path(__file__).resolve().parent / "out" / "openvino" / "venv" / "bin" / "python"
 PARK_S = 0.2  # seconds for an idle BLAS/OpenMP pool to stop spinning before a block starts
 GEMM_N = 2048
 
 
 def _serve(
-    case: Case, folder: Path, threads: int, optimized: bool, dtype: str = "float32"
+    case: Case, folder: Path, threads: int, optimized: bool, dtype: str = "float32", quantization: str | None = None
 ) -> tuple[Callable[[], Any], dict]:
     import serve
 
@@ -54,7 +58,8 @@ def _serve(
         except ImportError as e:
             return _na(f"serve.inference not importable ({e})")
         try:
-            fn = optimize(model, example_inputs=inputs, dtype=dtype)
+            fn = optimize(model, example_inputs=inputs, dtype=dtype, **({"quantization": quantization} if quantization
+                                                                         else {}))  # fmt: skip
         except Exception as e:  # the bench runs on at every commit: a failing plan is reported, not fatal
             return _na(f"optimize raised {type(e).__name__}: {e}")
         info["optimized"] = bool(getattr(fn, "optimized", False))
@@ -69,13 +74,19 @@ def _serve(
     return call, info
 
 
-def _torch(case: Case, folder: Path, threads: int, bf16: bool = False) -> tuple[Callable[[], Any], dict]:
+def _torch(case: Case, folder: Path, threads: int, bf16: bool = False, int8: bool = False
+           ) -> tuple[Callable[[], Any], dict]:  # fmt: skip
     import torch
     from runtime_cases import torch_model
 
     torch.set_num_threads(threads)
     model = torch_model(case)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in np.load(folder / "weights.npz").items()})
+    if int8:
+        if "fbgemm" in torch.backends.quantized.supported_engines:
+            torch.backends.quantized.engine = "fbgemm"
+        torch.backends.mha.set_fastpath_enabled(False)
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     inputs = tuple(torch.from_numpy(v) for v in np.load(folder / "inputs.npz").values())
 
     def call() -> Any:
@@ -132,10 +143,11 @@ def _to_numpy(out: Any) -> np.ndarray:
 
 
 def build(lib: str, case: Case, folder: Path, threads: int) -> tuple[Callable[[], Any], dict]:
-    if lib in ("serve", "serve-opt", "serve-opt-bf16"):
-        return _serve(case, folder, threads, lib != "serve", "bfloat16" if lib.endswith("bf16") else "float32")
-    if lib in ("torch", "torch-bf16"):
-        return _torch(case, folder, threads, lib == "torch-bf16")
+    if lib in ("serve", "serve-opt", "serve-opt-bf16", "serve-opt-int8"):
+        return _serve(case, folder, threads, lib != "serve", "bfloat16" if lib.endswith("bf16") else "float32",
+                      "int8" if lib.endswith("int8") else None)  # fmt: skip
+    if lib in ("torch", "torch-bf16", "torch-int8"):
+        return _torch(case, folder, threads, lib == "torch-bf16", lib == "torch-int8")
     if lib == "ort":
         return _ort(folder, threads)
     if lib in ("openvino", "openvino-f32"):
