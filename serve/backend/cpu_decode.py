@@ -49,8 +49,10 @@ def _fn(name: str) -> Any:
 
 
 def _rows_ok(a: np.ndarray) -> bool:
-    """float32, 2-D, rows contiguous (any row stride)."""
-    return a.dtype == np.float32 and a.ndim == 2 and (a.shape[1] <= 1 or a.strides[1] == 4) and a.strides[0] % 4 == 0
+    """float32, 2-D, rows contiguous (any row stride); an empty array is fine (numpy gives it zero strides)."""
+    if a.dtype != np.float32 or a.ndim != 2:
+        return False
+    return a.size == 0 or ((a.shape[1] <= 1 or a.strides[1] == 4) and a.strides[0] % 4 == 0)
 
 
 def _ld(a: np.ndarray) -> int:
@@ -115,6 +117,8 @@ def rope_(x: np.ndarray, heads: int, head_dim: int, rot: int, cos: np.ndarray, s
     if fn is None or not _rows_ok(x) or x.shape[1] < heads * head_dim or rot % 2 or not 0 <= rot <= head_dim:
         return False
     t = x.shape[0]
+    if t == 0:
+        return True
     cos, sin = cos.reshape(t, -1), sin.reshape(t, -1)  # (T, rot/2)
     if cos.shape != (t, rot // 2) or sin.shape != cos.shape or cos.dtype != np.float32 or sin.dtype != np.float32:
         return False

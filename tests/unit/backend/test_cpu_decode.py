@@ -93,6 +93,15 @@ def test_rows_split_across_lanes_equal_one_lane(build):
     np.testing.assert_array_equal(cpu_decode.rms_norm(x, w, 1e-6)[::64], whole)
 
 
+def test_no_rows_give_no_rows(build):
+    """A step whose chunks sample nothing normalises x[[]]: (0, N), which numpy gives zero strides."""
+    x = np.ones((5, 64), np.float32)[np.array([], np.int64)]
+    assert cpu_decode.rms_norm(x, np.ones(64, np.float32), 1e-6).shape == (0, 64)
+    assert cpu_decode.glu(np.ones((0, 8), np.float32)).shape == (0, 4)
+    none = np.ones((0, 4), np.float32)
+    assert cpu_decode.rope_(np.ones((0, 16), np.float32), 2, 8, 8, none, none)
+
+
 def test_none_where_the_kernel_does_not_apply(monkeypatch):
     x = np.ones((2, 8), np.float32)
     assert cpu_decode.rms_norm(x.astype(np.float64), None, 1e-6) is None  # not float32
