@@ -17,6 +17,9 @@ Ours (TorchServe has neither), checked at registration, a bad value refused with
 - `dtype: float32 | float16 | bfloat16` (default float32): the handler converts the model's floating-point
   weights to it at load (`model.half()` / `model.bfloat16()`) and its floating inputs before each forward pass;
   the outputs come back as float32 to postprocess, so answers are formatted as before. Describe shows it.
+- `quantization: int8` (default none): the CPU inference plan's linear layers run dynamically quantised int8
+  products where the CPU has AVX512-VNNI (serve.inference.optimize(quantization=)); not beside a half `dtype`.
+  Describe shows it when set.
 - `gpuMemoryFraction: f` (0 < f <= 1): the share of its GPU's memory a worker's CuPy pool may hold
   (`serve.cuda.set_per_process_memory_fraction`); by default the pool is not capped.
 - `optimize: true | false` (default true) and `optimize_warmup_s: seconds` (default 30): whether the workers run
@@ -90,6 +93,7 @@ class VersionConfig:
     gpu_ids: tuple[int, ...] = ()
     threads: int | None = None
     dtype: str = "float32"
+    quantization: str | None = None
     gpu_memory_fraction: float | None = None
     optimize: bool = True
     memory_limit: int | None = None  # bytes per worker (0: none; None: worker_memory_limit, or its default)
@@ -126,6 +130,7 @@ def resolve_config(settings: Settings, name: str, version: str, yaml: Mapping[st
         gpu_ids=_gpu_ids(settings, yaml, where),
         threads=_threads(yaml),
         dtype=model_dtype(yaml, where),
+        quantization=model_quantization(yaml, where),
         gpu_memory_fraction=_memory_fraction(yaml, where),
         optimize=_optimize(yaml, where),
         ignored_keys=ignored,
@@ -176,6 +181,18 @@ def model_dtype(yaml: Mapping[str, Any], where: str) -> str:
     if value not in DTYPES:
         raise InvalidInput(f"{where}: dtype {value!r} is not valid: expected one of {', '.join(DTYPES)}")
     return str(value)
+
+
+def model_quantization(yaml: Mapping[str, Any], where: str) -> str | None:
+    """The model-config's `quantization` (ours): None or "int8", and not with a half dtype; InvalidInput (400)."""
+    value = yaml.get("quantization")
+    if value is None:
+        return None
+    if value != "int8":
+        raise InvalidInput(f"{where}: quantization {value!r} is not valid: use int8, or leave it out for float32")
+    if yaml.get("dtype") not in (None, "float32"):
+        raise InvalidInput(f"{where}: quantization int8 with dtype {yaml.get('dtype')!r}: choose one")
+    return "int8"
 
 
 def _memory_fraction(yaml: Mapping[str, Any], where: str) -> float | None:
@@ -278,6 +295,8 @@ class ModelVersion:
         if c.gpu_ids:
             out["deviceIds"] = list(c.gpu_ids)
         out["dtype"] = c.dtype
+        if c.quantization is not None:
+            out["quantization"] = c.quantization
         out["workerMemoryLimit"] = self.pool.memory_limit.bytes() or 0
         if c.gpu_memory_fraction is not None:
             out["gpuMemoryFraction"] = c.gpu_memory_fraction
