@@ -30,6 +30,8 @@ Model-config (`handler:` section; vLLM's names), each optional:
     block_size: 16
     enable_prefix_caching: true
     max_waiting: 1024            # queued requests beyond the running ones
+    prefill_step_cost: 32        # serve's own, unset by default: start a burst of prompts in groups (lower TTFT
+                                 # p50, later last first token; serve/generation/scheduler.py)
     dtype: auto                  # the checkpoint's dtype where the CPU runs it (bfloat16 needs AVX512-BF16);
                                  # or float32, or bfloat16
     quantization: int8           # weight-only int8 products, quantised at load (a quarter of fp32's bytes per
@@ -60,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 SOURCES = ("prompt", "prompt_token_ids", "messages")
 WIRE_FIELDS = {*SOURCES, "sampling", "echo"}
-ENGINE_INTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting")
+ENGINE_INTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting",
+               "prefill_step_cost")  # fmt: skip
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 

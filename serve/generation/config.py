@@ -22,10 +22,13 @@ class EngineConfig:
     kv_cache_bytes: int = 256 * 2**20  # the KV pool's byte budget (all layers, K and V)
     enable_prefix_caching: bool = True
     max_waiting: int = 1024  # requests queued beyond the running ones; more are refused (QueueFull)
+    prefill_step_cost: int | None = None  # serve's own: pace a burst of prompts (scheduler.py); None: vLLM's FCFS
 
     def validate(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_bytes", "max_waiting"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefill_step_cost is not None and self.prefill_step_cost < 1:
+            raise ValueError(f"EngineConfig.prefill_step_cost must be >= 1 (or unset), got {self.prefill_step_cost}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"EngineConfig.max_model_len must be >= 2, got {self.max_model_len}")

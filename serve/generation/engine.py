@@ -65,7 +65,8 @@ class LLMEngine:
         self.cache = KVCache(spec, num_blocks, config.block_size)
         prefix_caching = config.enable_prefix_caching and spec.prefix_caching  # off where K depends on the length
         self.blocks = KVBlockManager(num_blocks, config.block_size, prefix_caching)
-        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.blocks, config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.prefill_step_cost)  # fmt: skip
         self._lock = threading.Lock()
         self._pending: list[Sequence] = []
         self._aborts: set[str] = set()
