@@ -51,7 +51,7 @@ def why_not() -> str | None:
     """None when the AMX tile path runs the bf16 products here, else the line to print instead of numbers."""
     if cpu_native.bf16_engine() == "amx":
         return None
-    return (f"needs AMX (this CPU: {cpu_native._cpu_model()}; bf16 engine: {cpu_native.bf16_engine()}; "
+    return (f"needs AMX (this CPU: {cpu_libraries.cpu_model()}; bf16 engine: {cpu_native.bf16_engine()}; "
             f"AMX: {cpu_libraries.amx_status()})")  # fmt: skip
 
 

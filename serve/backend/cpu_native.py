@@ -1,16 +1,15 @@
-"""Native CPU kernels (serve/backend/native/serve_kernels.c) through ctypes: implicit-GEMM convolution in NHWC, GEMM
-on packed weights and depthwise convolution, each with its epilogue fused: out = act(acc + bias + residual); and
-LayerNorm with the residual add before it (sk_norm.c).
+"""Native CPU kernels (serve/backend/native/serve_kernels.c) through ctypes: GEMM on packed weights,
+implicit-GEMM convolution in NHWC, Winograd and depthwise convolution, max pooling, each with its epilogue fused:
+out = act(acc + bias + residual); and LayerNorm with the residual add before it (sk_norm.c).
 
-The C source is built at install into two shared libraries, AVX-512 and AVX2; the one this CPU runs is picked here at
-import from /proc/cpuinfo (AVX-512F+BW+DQ+VL, else AVX2+FMA, else none). `SERVE_NATIVE=0` turns them off (A/B
-benchmarks). A third build, AVX-512 with AVX512-BF16, is loaded besides when the CPU has avx512_bf16: it runs
-the products of weights packed with dtype="bfloat16" (`bf16_available()`), the fp32 input rounded to bf16 on the
-fly, fp32 accumulation (vdpbf16ps), the fp32 epilogue and an fp32 output; where the CPU has AMX, the fourth
-build (the same plus sk_amx.c's tile path) replaces it once cpu_libraries says it passed its self-check here
-(`bf16_engine()` names which runs). Nothing here raises at import:
-`available()` says whether the kernels can be called, and callers fall back to the numpy kernels (cpu_conv) when
-it is False.
+Which build runs is cpu_libraries' choice, made once at import: the fp32 one this CPU runs (AVX-512 or AVX2), and
+beside it a bf16-capable one where the CPU has avx512_bf16, which runs the products of weights packed with
+dtype="bfloat16" (`bf16_available()`): the fp32 input rounded to bf16 on the fly, fp32 accumulation (vdpbf16ps, or
+AMX tiles where that build passed its self-check here: `bf16_engine()`), the fp32 epilogue and an fp32 output.
+Nothing here raises at import: `available()` says whether the kernels can be called, and callers fall back to the
+numpy kernels when it is False. This module holds the loaded builds, the packing, the GEMM and LayerNorm wrappers
+and the argument checks; the convolution and pooling wrappers live in cpu_native_conv and are re-exported here, so
+every kernel is `cpu_native.<name>`.
 
 The wrappers stay thin because lanes (cpu_threads.parallel) call them from several Python threads at once: ctypes
 releases the GIL for the call, and `rows`/`pixels` give each lane its own span of the output (any span, even one
@@ -20,130 +19,22 @@ that splits an image row or crosses samples). Arrays are float32 and C-contiguou
 from __future__ import annotations
 
 import ctypes
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from serve.backend import cpu_libraries
+from serve.backend.cpu_libraries import AMX, FP32_BUILDS, Library
 
 __all__ = ["ACTIVATIONS", "PackedWeight", "available", "bf16_available", "bf16_engine", "bf16_library", "conv2d_nhwc",
            "depthwise_nhwc", "gemm", "isa", "layer_norm", "max_pool_nhwc", "pack_conv_weight", "pack_weight",
-           "pack_winograd_weight", "round_bf16", "winograd_nhwc"]  # fmt: skip
+           "pack_winograd_weight", "round_bf16", "winograd_nhwc", "winograd_tile", "winograd_tiles"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu", "hardswish", "sigmoid")
 _ACT = {name: i for i, name in enumerate(ACTIVATIONS)}
-_LIBS = {"avx512": "_sk_avx512", "avx2": "_sk_avx2"}
-_BF16, _AMX = "avx512bf16", "amx"
-_FILES = {**_LIBS, _BF16: "_sk_avx512bf16", _AMX: "_sk_amx"}
 DTYPES = ("float32", "bfloat16")
-_I64, _PTR, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-_SIGNATURES = {
-    "sk_gemm": [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _I64, _INT, _I64, _I64],
-    "sk_conv2d": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 11 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
-    "sk_depthwise": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 10 + [_PTR, _PTR, _PTR, _INT, _I64, _I64],
-    "sk_maxpool": [_PTR] + [_I64] * 12 + [_PTR, _I64, _I64],
-    "sk_winograd": [_PTR] + [_I64] * 4 + [_PTR] + [_I64] * 5 + [_PTR, _PTR, _PTR, _INT, _I64, _I64, _INT],
-    "sk_attention": [_PTR] * 6 + [_I64] * 5 + [ctypes.c_float, _INT, _I64, _I64],
-    "sk_layernorm": [_PTR] * 3 + [_I64] + [_PTR] * 2 + [ctypes.c_float, _I64, _I64],
-    "sk_paged_decode": [_PTR] * 4 + [_I64, _PTR, _PTR] + [_I64] * 4 + [ctypes.c_float] * 2 + [_I64] * 3,
-}
-_BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
-
-
-class _Lib:
-    """One loaded kernel library: its functions with argtypes set, and its panel width (fp32, and bf16 for the
-    bf16 build)."""
-
-    def __init__(self, name: str, path: Path) -> None:
-        self.name, self.path = name, path
-        self.dll = ctypes.CDLL(str(path))
-        signatures = {**_SIGNATURES, **(_BF16_SIGNATURES if name in (_BF16, _AMX) else {})}
-        for fn_name, argtypes in signatures.items():
-            fn = getattr(self.dll, fn_name)
-            fn.argtypes, fn.restype = argtypes, ctypes.c_int
-        self.gemm, self.conv2d, self.depthwise = self.dll.sk_gemm, self.dll.sk_conv2d, self.dll.sk_depthwise
-        self.maxpool, self.attention, self.winograd = self.dll.sk_maxpool, self.dll.sk_attention, self.dll.sk_winograd
-        self.layernorm, self.paged_decode = self.dll.sk_layernorm, self.dll.sk_paged_decode
-        self.nr: int = self.dll.sk_nr()
-        if name in (_BF16, _AMX):
-            self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
-            self.bf16_nr: int = self.dll.sk_bf16_nr()
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _supported_isas() -> list[str]:
-    """The kernel builds this CPU runs, best first."""
-    flags = _cpu_flags()
-    found = []
-    if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma"} <= flags:
-        found.append("avx512")
-    if {"avx2", "fma"} <= flags:
-        found.append("avx2")
-    return found
-
-
-def _library_path(name: str) -> Path | None:
-    here = Path(__file__).parent / "native"
-    matches = sorted(here.glob(_FILES[name] + ".*so")) if here.is_dir() else []
-    return matches[0] if matches else None
-
-
-def _load(name: str) -> _Lib | None:
-    path = _library_path(name)
-    if path is None or name not in _supported_isas():
-        return None
-    try:
-        return _Lib(name, path)
-    except (OSError, AttributeError):
-        return None
-
-
-def _first_library() -> _Lib | None:
-    if os.environ.get("SERVE_NATIVE", "1").strip() == "0":
-        return None
-    for name in _supported_isas():
-        lib = _load(name)
-        if lib is not None:
-            return lib
-    return None
-
-
-def _bf16_library() -> _Lib | None:
-    """The bf16 build, when native kernels are on, the CPU has avx512_bf16 and the build is installed: the AMX one
-    where cpu_libraries.choose_amx says it proved itself here, else AVX512-BF16."""
-    if os.environ.get("SERVE_NATIVE", "1").strip() == "0" or "avx512" not in _supported_isas():
-        return None
-    if "avx512_bf16" not in _cpu_flags():
-        return None
-    amx = _library_path(_AMX)
-    if cpu_libraries.choose_amx(amx, _cpu_flags()) and amx is not None:
-        try:
-            return _Lib(_AMX, amx)
-        except (OSError, AttributeError):
-            pass
-    path = _library_path(_BF16)
-    if path is None:
-        return None
-    try:
-        return _Lib(_BF16, path)
-    except (OSError, AttributeError):
-        return None
-
-
-_lib: _Lib | None = _first_library()
-_bf16: _Lib | None = _bf16_library()
+_lib: Library | None = cpu_libraries.first_library()
+_bf16: Library | None = cpu_libraries.bf16_library()
 
 
 def available() -> bool:
@@ -183,7 +74,7 @@ def bf16_engine() -> str | None:
     (vdpbf16ps), or None when there is no bf16 kernel; cpu_libraries.amx_status() says why not AMX."""
     if _lib is None or _bf16 is None:
         return None
-    return "amx" if _bf16.name == _AMX else "avx512_bf16"
+    return "amx" if _bf16.name == AMX else "avx512_bf16"
 
 
 def isa() -> str | None:
@@ -199,18 +90,7 @@ def build_id() -> str:
         if lib is not None:
             stat = lib.path.stat()
             parts.append(f"{lib.name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return ";".join([*parts, _cpu_model()]) if parts else "numpy;" + _cpu_model()
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    return ";".join([*parts, cpu_libraries.cpu_model()]) if parts else "numpy;" + cpu_libraries.cpu_model()
 
 
 def _select(name: str | None) -> str | None:
@@ -221,20 +101,21 @@ def _select(name: str | None) -> str | None:
     if name is None:
         _lib = None
         return previous
-    lib = _load(name) if name in _LIBS else None
+    lib = cpu_libraries.load(name) if name in FP32_BUILDS else None
     if lib is None:
-        raise ValueError(f"native kernels: build {name!r} is not available here (have {_supported_isas()})")
+        have = cpu_libraries.supported_isas()
+        raise ValueError(f"native kernels: build {name!r} is not available here (have {have})")
     _lib = lib
     return previous
 
 
-def _need() -> _Lib:
+def _need() -> Library:
     if _lib is None:
         raise RuntimeError("native kernels are not available (see cpu_native.available()); use the numpy kernels")
     return _lib
 
 
-def _need_bf16() -> _Lib:
+def _need_bf16() -> Library:
     _need()
     if _bf16 is None:
         raise RuntimeError("bfloat16 kernels are not available (see cpu_native.bf16_available()); pack float32")
@@ -437,7 +318,7 @@ def layer_norm(
     return out
 
 
-def _kernel(op: str, packed: PackedWeight) -> tuple[_Lib, Any]:
+def _kernel(op: str, packed: PackedWeight) -> tuple[Library, Any]:
     """The library and its gemm / conv2d function for this packed weight's dtype."""
     if packed.dtype == "bfloat16":
         lib = _need_bf16()
@@ -451,194 +332,13 @@ def _kernel(op: str, packed: PackedWeight) -> tuple[_Lib, Any]:
     return lib, fn
 
 
-def _conv_geometry(op: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any) -> tuple[int, ...]:
-    _check(f"{op} x", x)
-    if x.ndim != 4:
-        raise ValueError(f"{op}: expected x (N, H, W, C), got shape {x.shape}")
-    try:
-        (kh, kw), (sh, sw), (dh, dw) = (tuple(int(v) for v in p) for p in (kernel, stride, dilation))
-        pt, pb, pl, pr = (int(v) for v in padding)
-    except (TypeError, ValueError):
-        raise ValueError(f"{op}: kernel/stride/dilation are (h, w) pairs, padding (top, bottom, left, right)") from None
-    if min(kh, kw, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0:
-        raise ValueError(f"{op}: bad geometry kernel={kernel} stride={stride} padding={padding} dilation={dilation}")
-    h, w = x.shape[1:3]
-    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    if oh < 1 or ow < 1:
-        raise ValueError(f"{op}: output would be empty for input {x.shape} and kernel {kernel}")
-    return kh, kw, sh, sw, pt, pl, dh, dw, oh, ow
-
-
-def conv2d_nhwc(
-    x: np.ndarray,
-    packed: PackedWeight,
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int, int, int],
-    dilation: tuple[int, int],
-    bias: np.ndarray | None = None,
-    residual: np.ndarray | None = None,
-    act: str = "none",
-    out: np.ndarray | None = None,
-    pixels: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """NHWC convolution (groups=1) of x (N, H, W, C) by a pack_conv_weight: out (N, OH, OW, OC) =
-    act(conv + bias + residual). `pixels=(p0, p1)` computes only those of the flattened N*OH*OW output pixels.
-    A bfloat16 weight rounds x to bf16 on the fly (the input rows this call's pixels read)."""
-    _, fn = _kernel("conv2d_nhwc", packed)
-    geo = _conv_geometry("conv2d_nhwc", x, kernel, stride, padding, dilation)
-    kh, kw, *_, oh, ow = geo
-    nb, h, w, c = x.shape
-    if packed.k != kh * kw * c:
-        raise ValueError(f"conv2d_nhwc: packed K={packed.k} does not match kernel {kh}x{kw} x {c} input channels")
-    if packed.dtype == "bfloat16" and packed.kpad != kh * kw * (c + c % 2):
-        raise ValueError("conv2d_nhwc: a bfloat16 weight packed without per-tap padding; use pack_conv_weight")
-    oc = packed.n
-    shape = (nb, oh, ow, oc)
-    b, r, code = _epilogue("conv2d_nhwc", oc, shape, bias, residual, act)
-    out = _output("conv2d_nhwc", out, shape)
-    p0, p1 = _span("conv2d_nhwc", pixels, nb * oh * ow)
-    if p1 > p0 and fn(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, *geo, b, r, out.ctypes.data, code,
-                      p0, p1):  # fmt: skip
-        raise MemoryError("conv2d_nhwc: out of memory for the tap pointers / bf16 input")
-    return out
-
-
-# Winograd F(m x m, 3x3): U = G g G^T turns each 3x3 filter into the (m + 2) x (m + 2) one that the transformed
-# input tiles multiply (Lavin & Gray's matrices; the C kernel holds B^T and A^T)
-_WINO_G = {
-    2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
-    4: np.array([[1 / 4, 0.0, 0.0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
-                 [1 / 24, -1 / 12, 1 / 6], [0.0, 0.0, 1.0]]),
-}  # fmt: skip
-
-
-def pack_winograd_weight(w: np.ndarray, m: int = 2) -> PackedWeight:
-    """Transform a 3x3 conv weight (OC, IC, 3, 3) for winograd_nhwc's F(m x m, 3x3) (m = 2 or 4) and pack its
-    (m + 2)^2 (IC, OC) matrices in panels: data ((m + 2)^2, panels, IC, nr), computed in float64, rounded once."""
-    w = np.asarray(w)
-    if w.ndim != 4 or w.shape[2:] != (3, 3):
-        raise ValueError(f"pack_winograd_weight: expected a 3x3 conv weight (OC, IC, 3, 3), got shape {w.shape}")
-    if m not in _WINO_G:
-        raise ValueError(f"pack_winograd_weight: output tile m={m}; expected 2 or 4")
-    g = _WINO_G[m]
-    u = np.einsum("ai,ocij,bj->abco", g, w.astype(np.float64), g).astype(np.float32)  # (a, a, IC, OC)
-    packs = [_pack("pack_winograd_weight", u[i, j][None], "float32") for i in range(m + 2) for j in range(m + 2)]
-    return PackedWeight(np.stack([p.data for p in packs]), w.shape[1], w.shape[0], packs[0].nr)
-
-
-def winograd_tile(packed: PackedWeight) -> int:
-    """The output tile m of a pack_winograd_weight: 2 or 4."""
-    return {16: 2, 36: 4}.get(packed.data.shape[0], 0) if packed.data.ndim == 4 else 0
-
-
-def winograd_nhwc(
-    x: np.ndarray,
-    packed: PackedWeight,
-    padding: tuple[int, int, int, int],
-    bias: np.ndarray | None = None,
-    residual: np.ndarray | None = None,
-    act: str = "none",
-    out: np.ndarray | None = None,
-    tiles: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """3x3 stride-1 NHWC convolution of x (N, H, W, C) by Winograd F(m x m, 3x3), with pack_winograd_weight's
-    weight (its m): out (N, OH, OW, OC) = act(conv + bias + residual). `tiles=(t0, t1)` computes only those
-    m x m output blocks of the flattened (N, ceil(OH / m), ceil(OW / m)) (`winograd_tiles` counts them)."""
-    lib = _need()
-    m = winograd_tile(packed)
-    if packed.dtype != "float32" or not m or packed.nr != lib.nr:
-        raise ValueError("winograd_nhwc: expected a weight from pack_winograd_weight for the loaded build")
-    _, _, _, _, pt, pl, _, _, oh, ow = _conv_geometry("winograd_nhwc", x, (3, 3), (1, 1), padding, (1, 1))
-    nb, h, w, c = x.shape
-    if packed.k != c:
-        raise ValueError(f"winograd_nhwc: the weight has {packed.k} input channels, x has {c}")
-    oc = packed.n
-    shape = (nb, oh, ow, oc)
-    b, r, code = _epilogue("winograd_nhwc", oc, shape, bias, residual, act)
-    out = _output("winograd_nhwc", out, shape)
-    t0, t1 = _span("winograd_nhwc", tiles, winograd_tiles(nb, oh, ow, m))
-    if t1 > t0 and lib.winograd(x.ctypes.data, nb, h, w, c, packed.data.ctypes.data, oc, pt, pl, oh, ow, b, r,
-                                out.ctypes.data, code, t0, t1, m):  # fmt: skip
-        raise MemoryError("winograd_nhwc: out of memory for the transformed tiles")
-    return out
-
-
-def winograd_tiles(nb: int, oh: int, ow: int, m: int = 2) -> int:
-    """How many m x m output blocks winograd_nhwc splits an (nb, oh, ow) output into."""
-    return nb * (-(-oh // m)) * (-(-ow // m))
-
-
-def depthwise_nhwc(
-    x: np.ndarray,
-    w: np.ndarray,
-    kernel: tuple[int, int],
-    stride: tuple[int, int],
-    padding: tuple[int, int, int, int],
-    dilation: tuple[int, int],
-    bias: np.ndarray | None = None,
-    residual: np.ndarray | None = None,
-    act: str = "none",
-    out: np.ndarray | None = None,
-    pixels: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """Depthwise NHWC convolution (groups = C = OC) of x (N, H, W, C) by w (C, 1, KH, KW), epilogue fused."""
-    lib = _need()
-    geo = _conv_geometry("depthwise_nhwc", x, kernel, stride, padding, dilation)
-    kh, kw, *_, oh, ow = geo
-    nb, h, wd, c = x.shape
-    _check("depthwise_nhwc w", w, (c, 1, kh, kw))
-    taps = np.ascontiguousarray(w.reshape(c, kh * kw).T)  # (KH*KW, C): a tap's weights contiguous along channels
-    shape = (nb, oh, ow, c)
-    b, r, code = _epilogue("depthwise_nhwc", c, shape, bias, residual, act)
-    out = _output("depthwise_nhwc", out, shape)
-    p0, p1 = _span("depthwise_nhwc", pixels, nb * oh * ow)
-    if p1 > p0:
-        lib.depthwise(x.ctypes.data, nb, h, wd, c, taps.ctypes.data, *geo, b, r, out.ctypes.data, code, p0, p1)
-    return out
-
-
-def _pair(op: str, name: str, v: Any) -> tuple[int, int]:
-    try:
-        t = (int(v), int(v)) if np.ndim(v) == 0 else tuple(int(i) for i in v)
-    except (TypeError, ValueError):
-        t = ()
-    if len(t) != 2:
-        raise ValueError(f"{op}: {name} is an int or an (h, w) pair, got {v!r}")
-    return t[0], t[1]
-
-
-def max_pool_nhwc(
-    x: np.ndarray,
-    kernel: int | tuple[int, int],
-    stride: int | tuple[int, int] | None,
-    padding: int | tuple[int, ...],
-    out: np.ndarray | None = None,
-    pixels: tuple[int, int] | None = None,
-) -> np.ndarray:
-    """Max pooling of x (N, H, W, C) float32, PyTorch semantics: padding counts as -inf, dilation 1, floor mode.
-    kernel / stride are ints or (h, w) pairs (stride None = kernel); padding an int, (h, w), or (top, bottom, left,
-    right), each smaller than the kernel. out (N, OH, OW, C); `pixels=(p0, p1)` as in conv2d_nhwc. A NaN in a
-    window gives NaN, as in PyTorch."""
-    lib = _need()
-    op = "max_pool_nhwc"
-    kh, kw = _pair(op, "kernel", kernel)
-    sh, sw = _pair(op, "stride", kernel if stride is None else stride)
-    pads: tuple[int, ...] = ()
-    if np.size(padding) in (1, 2):
-        ph, pw = _pair(op, "padding", padding)
-        pads = (ph, ph, pw, pw)
-    elif np.size(padding) == 4:
-        pads = tuple(int(v) for v in np.ravel(padding))
-    if len(pads) != 4:
-        raise ValueError(f"{op}: padding is an int, (h, w) or (top, bottom, left, right), got {padding!r}")
-    if max(pads[:2]) >= kh or max(pads[2:]) >= kw:
-        raise ValueError(f"{op}: padding {padding} must be smaller than the kernel {kernel}")
-    _, _, sh, sw, pt, pl, _, _, oh, ow = _conv_geometry(op, x, (kh, kw), (sh, sw), pads, (1, 1))
-    nb, h, w, c = x.shape
-    out = _output(op, out, (nb, oh, ow, c))
-    p0, p1 = _span(op, pixels, nb * oh * ow)
-    if p1 > p0 and c > 0:
-        lib.maxpool(x.ctypes.data, nb, h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, out.ctypes.data, p0, p1)
-    return out
+# the convolution and pooling wrappers, last: cpu_native_conv takes the helpers above from this module
+from serve.backend.cpu_native_conv import (  # noqa: E402
+    conv2d_nhwc,
+    depthwise_nhwc,
+    max_pool_nhwc,
+    pack_winograd_weight,
+    winograd_nhwc,
+    winograd_tile,
+    winograd_tiles,
+)

@@ -2,9 +2,10 @@
 
 import pytest
 
+from serve.backend import cpu_libraries
 from serve.backend import cpu_native as cn
 
-BUILDS = [name for name in cn._supported_isas() if cn._library_path(name) is not None]
+BUILDS = [name for name in cpu_libraries.supported_isas() if cpu_libraries.library_path(name) is not None]
 
 
 @pytest.fixture(params=BUILDS or [None])

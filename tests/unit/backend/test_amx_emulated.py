@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from serve.backend import cpu_libraries
 from serve.backend import cpu_native as cn
 
 from .test_cpu_native import CONV_CASES, REF_ACT, ref_conv
@@ -37,7 +38,9 @@ _NEEDED = {"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_bf16", "fma"}
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to compile the AMX kernels with the emulator"),
-    pytest.mark.skipif(not cn._cpu_flags() >= _NEEDED, reason="the code around the tiles needs AVX-512 + AVX512-BF16"),
+    pytest.mark.skipif(
+        not cpu_libraries.cpu_flags() >= _NEEDED, reason="the code around the tiles needs AVX-512 + AVX512-BF16"
+    ),
 ]
 I64, PTR, INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 GEMM_ARGS = [PTR, I64, I64, PTR, I64, PTR, PTR, I64, PTR, I64, INT, I64, I64]

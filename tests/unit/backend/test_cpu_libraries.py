@@ -16,12 +16,12 @@ def _keep_status(monkeypatch):
 
 
 def test_serve_amx_0_turns_it_off_first():
-    assert not cpu_libraries.choose_amx(cpu_native._library_path("amx"), AMX, {"SERVE_AMX": "0"})
+    assert not cpu_libraries.choose_amx(cpu_libraries.library_path("amx"), AMX, {"SERVE_AMX": "0"})
     assert cpu_libraries.amx_status() == "SERVE_AMX=0"
 
 
 def test_a_cpu_without_amx_flags_never_tries():
-    assert not cpu_libraries.choose_amx(cpu_native._library_path("amx"), {"avx512f", "amx_tile"}, {})
+    assert not cpu_libraries.choose_amx(cpu_libraries.library_path("amx"), {"avx512f", "amx_tile"}, {})
     assert "no AMX" in cpu_libraries.amx_status()
 
 
@@ -32,10 +32,10 @@ def test_a_missing_build_is_named():
 
 def test_the_real_build_on_a_cpu_without_amx_is_refused_not_crashed():
     """Flags that claim AMX on a CPU without it: Linux refuses the tile state, nothing runs a tile instruction."""
-    path = cpu_native._library_path("amx")
+    path = cpu_libraries.library_path("amx")
     if path is None:
         pytest.skip("the _sk_amx build is not installed")
-    if cpu_native._cpu_flags() >= cpu_libraries.AMX_FLAGS:
+    if cpu_libraries.cpu_flags() >= cpu_libraries.AMX_FLAGS:
         pytest.skip("this CPU has AMX: the refusal cannot be provoked here")
     assert not cpu_libraries.choose_amx(path, AMX, {})
     assert "refused" in cpu_libraries.amx_status()
