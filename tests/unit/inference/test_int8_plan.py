@@ -61,6 +61,10 @@ def test_bert_runs_int8_products_through_its_qkv_group_and_fused_add_norms():
         assert layers[name]["dtype"] == "float32" and "first and last" in layers[name]["float32_because"]
     assert info["product_dtypes"] == {"float32": 2, "int8": 7}  # layer 1's QKV, 2 x (attention out, FFN in, out)
     assert layers["encoder.layer.1.attention.output.dense"]["kernel"] == "native_int8"  # its add and norm fused
+    for layer in opt.layers():  # quantised once at plan time: int8 panels, a quarter of the float32 bytes
+        each = layer.group.combined if layer.group is not None else layer
+        if "native_int8" in each.choices.values():
+            assert set(each._packed) == {"int8"} and each._packed["int8"].data.nbytes == each.weight.nbytes // 4
     # int8 in the fused add + LayerNorm path too: the fused and unfused int8 plans agree to float32 rounding, and
     # both differ from float32 by the quantisation (measured: 1.2e-7 apart; 3.2e-3 relative L2 from float32,
     # cosine per token >= 0.99999)
