@@ -27,7 +27,7 @@ import numpy as np
 
 from serve.backend import cpu_decode
 from serve.zoo.decoders.config import DecoderConfig
-from serve.zoo.decoders.layers import gelu_tanh, rms_norm
+from serve.zoo.decoders.layers import add_rms_norm, gelu_tanh, rms_norm
 from serve.zoo.decoders.llama import LlamaDecoder, _Block
 from serve.zoo.decoders.rope import Rope
 from serve.zoo.decoders.step import KVCache, StepBatch
@@ -76,8 +76,8 @@ class GemmaDecoder(LlamaDecoder):
                 x = b.down(gelu_and_mul(b.gate_up(rms_norm(x, b.post_norm, c.norm_eps))), residual=x)
                 continue
             a = self._attention(b, rms_norm(x, b.input_norm, c.norm_eps), cos, sin, layer, batch, cache)
-            x = x + rms_norm(a, b.post_norm, c.norm_eps)
-            m = b.down(gelu_and_mul(b.gate_up(rms_norm(x, b.pre_ff_norm, c.norm_eps))))
+            x, h = add_rms_norm(x, rms_norm(a, b.post_norm, c.norm_eps), b.pre_ff_norm, c.norm_eps)  # x + post(a)
+            m = b.down(gelu_and_mul(b.gate_up(h)))  # h: x's pre-feedforward norm
             x = x + rms_norm(m, b.post_ff_norm, c.norm_eps)
         x = rms_norm(x[batch.logits_indices], self.norm, c.norm_eps)  # (L, hidden)
         logits = self.lm_head(x).astype(np.float32, copy=False)  # (L, vocab)

@@ -29,7 +29,7 @@ import numpy as np
 
 from serve.backend import cpu_blas, cpu_decode, cpu_int8, cpu_native, cpu_threads
 
-__all__ = ["Linear", "gelu_tanh", "layer_norm", "rms_norm", "silu_and_mul"]
+__all__ = ["Linear", "add_rms_norm", "gelu_tanh", "layer_norm", "rms_norm", "silu_and_mul"]
 
 
 class Linear:
@@ -85,6 +85,16 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
             return y.reshape(x.shape)
     variance = np.mean(np.square(x), axis=-1, keepdims=True)
     return (x / np.sqrt(variance + np.float32(eps))) * weight
+
+
+def add_rms_norm(x: np.ndarray, y: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(s, rms_norm(s)) for s = x + y, (T, N) each: a residual add and the norm after it, one native pass."""
+    s = np.empty_like(x, dtype=np.float32)
+    h = cpu_decode.rms_norm(x, weight, eps, residual=y, sum_out=s) if x.shape == y.shape else None
+    if h is not None:
+        return s, h
+    s = x + y
+    return s, rms_norm(s, weight, eps)
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:

@@ -44,3 +44,23 @@ def test_an_activation_with_a_residual_is_refused() -> None:
         linear(x, act="gelu_tanh", residual=np.ones((2, 8), np.float32))
     with pytest.raises(ValueError, match="act"):
         linear(x, act="relu")
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+def test_norms_and_swiglu_match_float64_native_and_numpy(backend: str, rows: int) -> None:
+    """rms_norm, add_rms_norm (Gemma's x + post_norm(a) and the norm after it) and silu_and_mul, the native
+    kernels (serve.backend.cpu_decode) and the numpy fallback alike."""
+    rng = np.random.default_rng(rows)
+    x, y, w = (rng.standard_normal(s).astype(np.float32) for s in ((rows, 96), (rows, 96), (96,)))
+
+    def ref(s: np.ndarray) -> np.ndarray:
+        s = s.astype(np.float64)
+        return s / np.sqrt(np.mean(s * s, axis=-1, keepdims=True) + 1e-6) * w
+
+    np.testing.assert_allclose(layers.rms_norm(x, w, 1e-6), ref(x), rtol=1e-5, atol=1e-5)
+    s, h = layers.add_rms_norm(x, y, w, 1e-6)
+    np.testing.assert_array_equal(s, x + y)
+    np.testing.assert_allclose(h, ref(x + y), rtol=1e-5, atol=1e-5)
+    gu = rng.standard_normal((rows, 2 * 40)).astype(np.float32) * 3
+    g, u = gu[:, :40].astype(np.float64), gu[:, 40:].astype(np.float64)
+    np.testing.assert_allclose(layers.silu_and_mul(gu), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-5)
