@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from serve.backend import cpu_native, cpu_nn
+from serve.backend import cpu_int8, cpu_native, cpu_nn
 
 __all__ = ["Int8Weight", "available", "gemm", "pack", "quantize_rows", "reference"]
 
@@ -88,15 +88,8 @@ class Int8Weight:
 
 def pack(w_kn: np.ndarray) -> Int8Weight:
     """w (K, N), the right operand of out = a @ w, quantised to int8 per column and packed for the kernel."""
-    w = np.asarray(w_kn, np.float32)
-    if w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
-        raise ValueError(f"int8 pack: expected a non-empty (K, N) matrix, got shape {w.shape}")
-    if not np.isfinite(w).all():
-        raise ValueError("int8 pack: the weight holds NaN or infinity; int8 cannot represent it")
-    k, n = w.shape
-    peak = np.abs(w).max(axis=0)  # (N,): cpu_int8.quantize_weight's scheme
-    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
-    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)  # (K, N)
+    q, scale = cpu_int8.quantize_columns(w_kn, "int8 pack")  # (K, N), (N,): the weight-only kernel's scheme
+    k, n = q.shape
     kp, panels = -(-k // 4) * 4, -(-n // WIDTH)
     padded = np.zeros((kp, panels * WIDTH), np.int8)
     padded[:k, :n] = q

@@ -97,17 +97,24 @@ class QuantizedWeight:
         return f"QuantizedWeight(k={self.k}, n={self.n}, int8, per-column scales)"
 
 
-def quantize_weight(w_kn: np.ndarray) -> QuantizedWeight:
-    """Quantise w (K, N), the right operand of out = a @ w, to int8 per column (module docstring)."""
+def quantize_columns(w_kn: np.ndarray, op: str = "quantize_weight") -> tuple[np.ndarray, np.ndarray]:
+    """w (K, N) as int8 per column (module docstring): (q (K, N) int8, scale (N,) float32), w ~ q * scale. Shared
+    by the weight-only kernel's packing here and the dynamic int8 one's (cpu_i8.pack); `op` names the caller in
+    errors."""
     w = np.asarray(w_kn, np.float32)
     if w.ndim != 2 or w.shape[0] == 0 or w.shape[1] == 0:
-        raise ValueError(f"quantize_weight: expected a non-empty (K, N) matrix, got shape {w.shape}")
+        raise ValueError(f"{op}: expected a non-empty (K, N) matrix, got shape {w.shape}")
     if not np.isfinite(w).all():
-        raise ValueError("quantize_weight: the weight holds NaN or infinity; int8 cannot represent it")
-    k, n = w.shape
+        raise ValueError(f"{op}: the weight holds NaN or infinity; int8 cannot represent it")
     peak = np.abs(w).max(axis=0)  # (N,)
     scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
-    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)  # (K, N)
+    return np.clip(np.rint(w / scale), -127, 127).astype(np.int8), scale  # (K, N), (N,)
+
+
+def quantize_weight(w_kn: np.ndarray) -> QuantizedWeight:
+    """Quantise w (K, N), the right operand of out = a @ w, to int8 per column (module docstring)."""
+    q, scale = quantize_columns(w_kn)
+    k, n = q.shape
     native = _kernel()
     width = native[1] if native is not None else _FALLBACK_WIDTH
     panels = -(-n // width)
