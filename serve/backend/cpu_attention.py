@@ -11,6 +11,12 @@ takes MR query rows at a time through their scores, softmax and product with v w
 batch dims that broadcast between q, k and v, fewer than MIN_QUERIES query rows, where one BLAS product per head
 is as quick): the caller then runs the three steps. A bool mask becomes an additive one (True -> 0, False ->
 -inf), as PyTorch's math path does.
+
+`dtype="bfloat16"` runs the two products in bf16 (the bf16 build's `attention_bf16`: q, k and v rounded to bf16
+where they enter the products, the softmax probabilities rounded to bf16 before the product with v, fp32
+accumulation, scale, mask and softmax in fp32, fp32 out; vdpbf16ps, or AMX tiles where that build passed its
+self-check). Only the plan asks for it (serve.inference.attention, when optimize(..., dtype="bfloat16") and its
+timing picked it); eager attention stays float32. None where there is no bf16 build.
 """
 
 from __future__ import annotations
@@ -25,11 +31,14 @@ MIN_QUERIES = 4  # a decoder's one new query row: packing k per head costs as mu
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool,
-              scale: float, out: np.ndarray | None = None) -> np.ndarray | None:  # fmt: skip
+              scale: float, out: np.ndarray | None = None, dtype: str = "float32") -> np.ndarray | None:  # fmt: skip
     """softmax(q @ k^T * scale + mask) @ v over the last two dims, or None where the fused kernel does not apply.
     `out` (q.shape[:-1] + (v's last dim,), float32, contiguous rows, any strides in whole floats) takes the result
-    in place: a (N, heads, L, hd) view of a (N, L, heads * hd) array lets the caller skip the heads' merge copy."""
-    fn = cpu_native.attention_kernel()
+    in place: a (N, heads, L, hd) view of a (N, L, heads * hd) array lets the caller skip the heads' merge copy.
+    `dtype` is the products' dtype: "float32", or "bfloat16" (the module docstring)."""
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"attention: dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+    fn = cpu_native.attention_kernel() if dtype == "float32" else cpu_native.attention_bf16_kernel()
     if fn is None or not _applies(q, k, v):
         return None
     q4, k4, v4 = _as4d(q), _as4d(k), _as4d(v)

@@ -100,7 +100,8 @@ _SIGNATURES = {
     "sk_layernorm": [_PTR] * 3 + [_I64] + [_PTR] * 2 + [ctypes.c_float, _I64, _I64],
     "sk_paged_decode": [_PTR] * 4 + [_I64, _PTR, _PTR] + [_I64] * 4 + [ctypes.c_float] * 2 + [_I64] * 3,
 }
-_BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"]}
+_BF16_SIGNATURES = {"sk_gemm_bf16": _SIGNATURES["sk_gemm"], "sk_conv2d_bf16": _SIGNATURES["sk_conv2d"],
+                    "sk_attention_bf16": _SIGNATURES["sk_attention"]}  # fmt: skip
 
 
 class Library:
@@ -120,6 +121,7 @@ class Library:
         self.nr: int = self.dll.sk_nr()
         if name in (BF16, AMX):
             self.gemm_bf16, self.conv2d_bf16 = self.dll.sk_gemm_bf16, self.dll.sk_conv2d_bf16
+            self.attention_bf16 = self.dll.sk_attention_bf16
             self.bf16_nr: int = self.dll.sk_bf16_nr()
 
 

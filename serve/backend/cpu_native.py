@@ -59,6 +59,12 @@ def attention_kernel() -> Any:
     return None if _lib is None else _lib.attention
 
 
+def attention_bf16_kernel() -> Any:
+    """The bf16 build's fused attention (bf16 products, fp32 softmax; AMX tiles where that build is selected), or
+    None without a bf16 build."""
+    return None if _lib is None or _bf16 is None else _bf16.attention_bf16
+
+
 def paged_decode_kernel() -> Any:
     """The loaded build's decode attention over a paged KV cache (serve.backend.cpu_paged calls it), or None."""
     return None if _lib is None else _lib.paged_decode

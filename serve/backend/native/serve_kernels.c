@@ -843,6 +843,83 @@ int SK_BF16_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long 
     free(xb);
     return 0;
 }
+
+/* The attention's two products in bf16: sk_attention's arguments and loop, with q, k and v rounded to bf16 where
+ * they enter the products and the softmax probabilities p rounded to bf16 before p v; fp32 accumulation, the scale,
+ * mask and softmax in fp32 (softmax_row), fp32 out. Per pair, k^T and v are packed once in the weights' pairs layout
+ * (kp[panel][e / 2][j][e % 2] = bf16(k[panel * NR + j][e]), vp[panel][s / 2][j][s % 2] = bf16(v[s][panel * NR + j]),
+ * E and S padded to even with zeros), which is also the layout sk_amx.c's tiles read (sk_attention_bf16_pack). */
+void SK_EXPORT(attention_bf16_pack)(const float *kb, const float *vb, const long long *st, long long S, long long E,
+                                    long long Ev, bf16 *kp, bf16 *vp, bf16 *row) {
+    long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
+    memset(kp, 0, sizeof(bf16) * (size_t)(sp * ep));
+    for (long long s = 0; s < S; s++) {
+        to_bf16(kb + s * st[5], E, row, ep);
+        bf16 *dst = kp + (s / NR) * ep * NR + (s % NR) * 2;
+        for (long long e = 0; e < E; e++)
+            dst[(e / 2) * 2 * NR + e % 2] = row[e];
+    }
+    memset(vp, 0, sizeof(bf16) * (size_t)(evp * NR * spd));
+    for (long long s = 0; s < S; s++) {
+        to_bf16(vb + s * st[8], Ev, row, Ev);
+        for (long long c = 0; c < Ev; c++)
+            vp[(c / NR) * spd * NR + (s / 2) * 2 * NR + (c % NR) * 2 + s % 2] = row[c];
+    }
+}
+
+/* softmax_row for sk_amx.c's tile attention (not exported from the library) */
+__attribute__((visibility("hidden"))) void SK_EXPORT(attention_softmax_row)(float *p, long long n, float scale,
+                                                                         const float *mask, long long ms, int safe) {
+    softmax_row(p, n, scale, mask, ms, safe);
+}
+
+int SK_BF16_EXPORT(attention_bf16)(const float *q, const float *k, const float *v, float *out, const float *mask,
+                                   const long long *st, long long nh, long long L, long long S, long long E,
+                                   long long Ev, float scale, int safe, long long i0, long long i1) {
+    long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
+    long long rowlen = ep > Ev ? ep : Ev;
+    bf16 *kp = malloc(sizeof(bf16) * (size_t)(sp * ep)), *vp = malloc(sizeof(bf16) * (size_t)(evp * NR * spd));
+    bf16 *qb16 = malloc(sizeof(bf16) * (size_t)(MR * ep)), *pb = malloc(sizeof(bf16) * (size_t)(MR * spd));
+    bf16 *row = malloc(sizeof(bf16) * (size_t)(rowlen + 32));
+    float *sc = malloc(sizeof(float) * (size_t)(MR * sp));
+    if (!kp || !vp || !qb16 || !pb || !row || !sc) {
+        free(kp), free(vp), free(qb16), free(pb), free(row), free(sc);
+        return -1;
+    }
+    const bf16 *ptrs[MR];
+    for (long long i = i0; i < i1; i++) {
+        long long b = i / nh, h = i % nh;
+        const float *qb = q + b * st[0] + h * st[1];
+        float *ob = out + b * st[9] + h * st[10];
+        const float *mb = mask ? mask + b * st[12] + h * st[13] : NULL;
+        SK_EXPORT(attention_bf16_pack)(k + b * st[3] + h * st[4], v + b * st[6] + h * st[7], st, S, E, Ev, kp, vp,
+                                       row);
+        for (long long r0 = 0; r0 < L; r0 += MR) {
+            int mr = (int)(L - r0 < MR ? L - r0 : MR);
+            for (int j = 0; j < mr; j++) /* q rows of this block as bf16, E padded to even */
+                to_bf16(qb + (r0 + j) * st[2], E, qb16 + j * ep, ep);
+            for (int j = 0; j < MR; j++)
+                ptrs[j] = qb16 + (j < mr ? j : 0) * ep;
+            for (long long p = 0; p < sp / NR; p++) {
+                Tile tl = {mr, NR, ACT_NONE, NULL, NULL, 0, sp, sc + p * NR, NULL};
+                ukernel_bf16(1, ptrs, ep / 2, kp + p * ep * NR, &tl);
+            }
+            for (int j = 0; j < mr; j++) {
+                softmax_row(sc + j * sp, S, scale, mb ? mb + (r0 + j) * st[14] : NULL, st[15], safe);
+                to_bf16(sc + j * sp, S, pb + j * spd, spd);
+            }
+            for (int j = 0; j < MR; j++)
+                ptrs[j] = pb + (j < mr ? j : 0) * spd;
+            for (long long p = 0; p < evp; p++) {
+                Tile tl = {mr, (int)(Ev - p * NR < NR ? Ev - p * NR : NR), ACT_NONE, NULL, NULL, 0, st[11],
+                           ob + r0 * st[11] + p * NR, NULL};
+                ukernel_bf16(1, ptrs, spd / 2, vp + p * spd * NR, &tl);
+            }
+        }
+    }
+    free(kp), free(vp), free(qb16), free(pb), free(row), free(sc);
+    return 0;
+}
 #endif /* SK_BF16 */
 
 /* A trivial module init, so setuptools can build this file as an extension; Python never imports it. */

@@ -1,7 +1,7 @@
 /* The bf16 products on AMX tiles (SK_AMX=1, the _sk_amx build: the AVX512-BF16 flags plus -mamx-tile -mamx-bf16):
- * sk_gemm_bf16 and sk_conv2d_bf16 with the signatures, the packed weight and the fp32 epilogue of serve_kernels.c's
- * vdpbf16ps path, which this build keeps as sk_gemm_bf16_dp / sk_conv2d_bf16_dp (the fallback and the reference
- * of the self-check). Decisions, and why:
+ * sk_gemm_bf16, sk_conv2d_bf16 and sk_attention_bf16 with the signatures, the packed weight and the fp32 epilogue of
+ * serve_kernels.c's vdpbf16ps path, which this build keeps as sk_gemm_bf16_dp / sk_conv2d_bf16_dp /
+ * sk_attention_bf16_dp (the fallback and the reference of the self-check). Decisions, and why:
  *
  * - The packed weight is already the B-tile layout: a panel of NR = 32 columns stores pairs (k, k + 1) of each
  *   column side by side, packed[panel][k / 2][j][k % 2], so 16 pairs x 16 columns is a 16-row x 64-byte tile at a
@@ -20,6 +20,10 @@
  * - Convolution is implicit GEMM: a block of pixels gathers its taps (tap-major, channels padded to even: the
  *   packed weight's K order) as bf16 rows once, and every weight panel reuses them. The 1x1 stride-1 unpadded case
  *   is a GEMM on the input rows themselves.
+ * - The attention's two products (sk_attention_bf16) are two of these GEMMs per (batch, head) pair around the fp32
+ *   softmax: k^T and v packed per pair in the weight's pairs layout by serve_kernels.c (sk_attention_bf16_pack),
+ *   the (L, S) scores of the pair whole in an fp32 block (64 KiB at L = S = 128: L2), unlike the vector kernel's
+ *   MR rows in L1, since a tile wants whole 16-row blocks.
  * - Fewer than SK_AMX_MIN_ROWS rows (a decode step's 1..7) stay on vdpbf16ps: a tile product always costs 16 rows,
  *   so at m rows it does 16 / m times the needed work (8x at 2 rows), while either path then streams the same
  *   weight bytes, which set the time of such a product; the vector path also skips the tile configuration and the
@@ -67,6 +71,12 @@ int sk_conv2d_bf16_dp(const float *x, long long nb, long long h, long long w, lo
                       float *out, int act, long long p0, long long p1);
 void sk_bf16_epilogue(const float *tile, int mr, int ncols, const float *bias, const float *res, long long ldr,
                       float *out, long long ldo, int act);
+int sk_attention_bf16_dp(const float *q, const float *k, const float *v, float *out, const float *mask,
+                         const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
+                         float scale, int safe, long long i0, long long i1);
+void sk_attention_bf16_pack(const float *kb, const float *vb, const long long *st, long long S, long long E,
+                            long long Ev, bf16 *kp, bf16 *vp, bf16 *row);
+void sk_attention_softmax_row(float *p, long long n, float scale, const float *mask, long long ms, int safe);
 
 static int amx_on = 0;                           /* set by sk_amx_enable once the self-check passed */
 static long long amx_min_rows = SK_AMX_MIN_ROWS; /* fewer rows per call stay on vdpbf16ps */
@@ -283,6 +293,36 @@ int sk_conv2d_bf16(const float *x, long long nb, long long h, long long w, long 
     if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && oh == h && ow == w)
         return tile_gemm(x, c, c, wp, oc, bias, res, oc, out, oc, act, p0, p1);
     return tile_conv(x, h, w, c, wp, oc, kh, kw, sh, sw, pt, pl, dh, dw, oh, ow, bias, res, out, act, p0, p1);
+}
+
+/* The attention's two products on tiles (serve_kernels.c's sk_attention_bf16 arguments and roundings): per pair,
+ * k^T and v packed in the weights' pairs layout (sk_attention_bf16_pack), scores = bf16(q) k^T for all L rows as one
+ * tile GEMM into an (L, S) fp32 block (L2-sized at L = S = 128: the tiles want whole 16-row blocks, not MR rows),
+ * the fp32 softmax per row, then out = bf16(p) v as a second tile GEMM, whose epilogue writes out's rows in place.
+ * Fewer than amx_min_rows query rows stay on vdpbf16ps, as the GEMM does. */
+int sk_attention_bf16(const float *q, const float *k, const float *v, float *out, const float *mask,
+                      const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
+                      float scale, int safe, long long i0, long long i1) {
+    if (!amx_on || L < amx_min_rows)
+        return sk_attention_bf16_dp(q, k, v, out, mask, st, nh, L, S, E, Ev, scale, safe, i0, i1);
+    long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
+    long long rowlen = ep > Ev ? ep : Ev;
+    bf16 *kp = malloc(sizeof(bf16) * (size_t)(sp * ep)), *vp = malloc(sizeof(bf16) * (size_t)(evp * NR * spd));
+    bf16 *row = malloc(sizeof(bf16) * (size_t)(rowlen + 32));
+    float *sc = malloc(sizeof(float) * (size_t)(L * sp));
+    int rc = !kp || !vp || !row || !sc ? -1 : 0;
+    for (long long i = i0; i < i1 && rc == 0; i++) {
+        long long b = i / nh, h = i % nh;
+        const float *mb = mask ? mask + b * st[12] + h * st[13] : NULL;
+        sk_attention_bf16_pack(k + b * st[3] + h * st[4], v + b * st[6] + h * st[7], st, S, E, Ev, kp, vp, row);
+        rc = tile_gemm(q + b * st[0] + h * st[1], st[2], E, kp, S, NULL, NULL, 0, sc, sp, 0, 0, L); /* (L, S) */
+        for (long long r = 0; r < L && rc == 0; r++)
+            sk_attention_softmax_row(sc + r * sp, S, scale, mb ? mb + r * st[14] : NULL, st[15], safe);
+        if (rc == 0) /* (L, S) @ (S, Ev) -> out's rows */
+            rc = tile_gemm(sc, sp, S, vp, Ev, NULL, NULL, 0, out + b * st[9] + h * st[10], st[11], 0, 0, L);
+    }
+    free(kp), free(vp), free(row), free(sc);
+    return rc;
 }
 
 /* 0 when this process may use the tile registers (Linux granted XTILEDATA), else -1. */

@@ -1,10 +1,10 @@
 /* The AMX build's self-check (sk_amx_selfcheck, used by serve/backend/cpu_libraries.py before it selects the
- * build): a fork()ed child runs small GEMMs and a 3x3 convolution with tails in M, N and K on the tile path and on
- * the vdpbf16ps path of the same library, and exits with its verdict; the parent waits a bounded time. So a fault
- * (SIGILL where the CPU or kernel lacks AMX after all, SIGSEGV), a hang or a wrong answer costs the child, never
- * the caller. The child resets the fatal signals to their defaults (an inherited handler such as Python's
- * faulthandler would report the fault as the caller's) and dumps no core. Only sk_amx.c's exported functions are
- * used, so this file reads the kernel exactly as Python does. */
+ * build): a fork()ed child runs small GEMMs and a 3x3 convolution with tails in M, N and K, and the attention's two
+ * products, on the tile path and on the vdpbf16ps path of the same library, and exits with its verdict; the parent
+ * waits a bounded time. So a fault (SIGILL where the CPU or kernel lacks AMX after all, SIGSEGV), a hang or a wrong
+ * answer costs the child, never the caller. The child resets the fatal signals to their defaults (an inherited
+ * handler such as Python's faulthandler would report the fault as the caller's) and dumps no core. Only sk_amx.c's
+ * exported functions are used, so this file reads the kernel exactly as Python does. */
 #define _GNU_SOURCE /* fork, kill, nanosleep under -std=c11 */
 #if SK_AMX
 #include <signal.h>
@@ -32,6 +32,12 @@ int sk_conv2d_bf16_dp(const float *x, long long nb, long long h, long long w, lo
                       long long oc, long long kh, long long kw, long long sh, long long sw, long long pt, long long pl,
                       long long dh, long long dw, long long oh, long long ow, const float *bias, const float *res,
                       float *out, int act, long long p0, long long p1);
+int sk_attention_bf16(const float *q, const float *k, const float *v, float *out, const float *mask,
+                      const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
+                      float scale, int safe, long long i0, long long i1);
+int sk_attention_bf16_dp(const float *q, const float *k, const float *v, float *out, const float *mask,
+                         const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
+                         float scale, int safe, long long i0, long long i1);
 int sk_amx_request(void);
 int sk_amx_enable(int on, long long min_rows);
 
@@ -89,6 +95,36 @@ static int check_one(long long m, long long k, long long n, int act, int conv) {
     return verdict;
 }
 
+/* The attention's tile path (two tile GEMMs around the fp32 softmax) against its vdpbf16ps one: 2 heads, tails in
+ * L, S and E, an additive mask broadcast over the heads; scale 1 / sqrt(E) keeps the probabilities spread (~1 / S),
+ * so a probability that rounds to a neighbouring bf16 on one path moves an output by far less than the tolerance. */
+static int check_attention(void) {
+    const long long H = 2, L = 37, S = 45, E = 70, Ev = 33;
+    float *q = malloc(sizeof(float) * (size_t)(H * L * E)), *k = malloc(sizeof(float) * (size_t)(H * S * E));
+    float *v = malloc(sizeof(float) * (size_t)(H * S * Ev)), *mask = malloc(sizeof(float) * (size_t)(L * S));
+    float *o1 = malloc(sizeof(float) * (size_t)(H * L * Ev)), *o2 = malloc(sizeof(float) * (size_t)(H * L * Ev));
+    int verdict = 2;
+    if (q && k && v && mask && o1 && o2) {
+        for (long long i = 0; i < H * L * E; i++)
+            q[i] = lcg();
+        for (long long i = 0; i < H * S * E; i++)
+            k[i] = lcg();
+        for (long long i = 0; i < H * S * Ev; i++)
+            v[i] = lcg();
+        for (long long i = 0; i < L * S; i++)
+            mask[i] = lcg();
+        /* strides in floats: q, k, v, out (batch, head, row), mask (batch, head, row, col) */
+        long long st[16] = {H * L * E, L * E, E, H * S * E, S * E, E, H * S * Ev, S * Ev, Ev, H * L * Ev, L * Ev, Ev,
+                            0, 0, S, 1};
+        float scale = 0.11952286f; /* 1 / sqrt(70) */
+        int e1 = sk_attention_bf16(q, k, v, o1, mask, st, H, L, S, E, Ev, scale, 1, 0, H);
+        int e2 = sk_attention_bf16_dp(q, k, v, o2, mask, st, H, L, S, E, Ev, scale, 1, 0, H);
+        verdict = e1 || e2 ? 2 : close_enough(o1, o2, H * L * Ev) ? 0 : 1;
+    }
+    free(q), free(k), free(v), free(mask), free(o1), free(o2);
+    return verdict;
+}
+
 static int run_checks(void) {
     static const long long shapes[][5] = {/* m, k, n, act, conv */
                                           {37, 70, 45, 1, 0}, {64, 64, 64, 0, 0}, {16, 33, 32, 3, 0},
@@ -99,7 +135,7 @@ static int run_checks(void) {
         if (v)
             return v;
     }
-    return 0;
+    return check_attention();
 }
 
 /* Runs the check in a fork()ed child, single-threaded, with the tiles on, waiting at most timeout_ms. Returns 0
