@@ -3,6 +3,7 @@
     .venv/bin/python bench/encoder_split.py                      # fp32 plan, batch 8 x 128, 5 rounds of 3 calls
     .venv/bin/python bench/encoder_split.py --dtype bfloat16 --batch 1
     .venv/bin/python bench/encoder_split.py --quantization int8     # int8 products (serve.backend.cpu_i8)
+    .venv/bin/python bench/encoder_split.py --dtype bfloat16 --attention float32  # the attention's products fp32
 
 The encoder is bench/runtime.py's "Encoder 12x768 (BERT-base-sized)" case: serve's nn.TransformerEncoder, 12
 post-LN layers of 768 hidden, 12 heads, 3072 feed-forward, GELU, batch_first, random weights (the split does not
@@ -11,6 +12,8 @@ the main thread, around the call that runs it (wall time, both lanes working ins
 
   QKV GEMM          the packed (2304, 768) input projection, bias in the epilogue (in_proj)
   attention         the fused softmax(q k^T / sqrt(d)) v kernel, heads written into the out projection's input
+                    (a bfloat16 plan's choice of its products' dtype: serve.inference.attention_products;
+                    --attention float32 keeps them float32, as before that choice existed)
   out GEMM + LN     the (768, 768) output projection with the residual in its epilogue, then LayerNorm on each
                     lane's rows (norm1: one pass; the LayerNorm part is timed inside the lanes, see below); where
                     the layer's timing chose the BLAS kernel, out_proj computes the product, the add runs apart
@@ -42,8 +45,7 @@ import numpy as np
 
 import serve
 from serve.backend import cpu_attention, cpu_native, cpu_threads
-from serve.inference import attention as planned_attention
-from serve.inference import optimize
+from serve.inference import attention_products, optimize
 
 D, HEADS, FF, LAYERS, SEQ = 768, 12, 3072, 12, 128
 KINDS = ("QKV GEMM", "attention", "out GEMM + LN", "FFN1 GEMM + GELU", "FFN2 GEMM + LN", "LayerNorm", "rest")
@@ -70,7 +72,7 @@ def instrument(opt: Any) -> None:
         attn.out_proj.forward = timed("out GEMM + LN", attn.out_proj.forward)  # a BLAS choice computes here
         layer.norm1.forward = timed("out GEMM + LN", layer.norm1.forward)  # a native one here, with the norm
         layer.norm2.forward = timed("FFN2 GEMM + LN", layer.norm2.forward)
-    planned_attention.cpu_attention = _Timed(cpu_attention, "attention", "attention")  # type: ignore[assignment]
+    attention_products.cpu_attention = _Timed(cpu_attention, "attention", "attention")  # type: ignore[assignment]
     lanes = cpu_threads.get_num_threads()
     kernel = cpu_native.layer_norm
 
@@ -115,6 +117,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--quantization", choices=("int8",), help="optimize(..., quantization=): int8 products")
+    parser.add_argument("--attention", default="auto", choices=("auto", "float32"),
+                        help="float32: the attention's products stay float32 in a bfloat16 plan")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=3)
     args = parser.parse_args()
@@ -127,6 +131,9 @@ def main() -> None:
         opt = optimize(model, (x,), dtype=args.dtype, **({"quantization": args.quantization} if args.quantization
                                                           else {}))  # fmt: skip
         assert opt.optimized, opt.reason
+        if args.attention == "float32":
+            for layer in opt.plan.layers:  # type: ignore[union-attr]
+                layer.self_attn.products.product_dtype = "float32"
         instrument(opt)
         opt(x)
         rows: dict[str, list[float]] = defaultdict(list)
@@ -157,7 +164,8 @@ def main() -> None:
     print(f"serve {serve.__version__}, {described['native']}, products {described['products']} "
           f"({described['product_dtypes']}), batch {args.batch} x {SEQ}, 2 lanes, 1-minute load average {load:.1f} "
           f"at the start, {os.getloadavg()[0]:.1f} at the end; native fp32 GEMM peak here {peak:.0f} GFLOP/s "
-          f"(median of the rounds' best)\n")  # fmt: skip
+          f"(median of the rounds' best); attention products "
+          f"{sorted({e['kernel'] for e in described['attention']}) or 'float32'}\n")  # fmt: skip
     print(f"| step (x {LAYERS} layers) | ms per call | share | GFLOP/s | of the fp32 GEMM peak |")
     print("|---|---:|---:|---:|---:|")
     for kind in KINDS:

@@ -17,6 +17,11 @@ original module, unchanged. The masks and the attention are the functional's own
 eager ones up to the products' rounding. Without a mask, the fused attention kernel writes each head's output
 straight into its columns of the (N, L, E) (or (L, N, E)) array the output projection reads, through strides: no
 permute-and-copy merging the heads (3 MiB per layer of a BERT-base-sized encoder at 8 x 128).
+
+In a bfloat16 plan the attention's two products may run in bf16 (`products`, serve.inference.attention_products:
+chosen per shape by timing against float32, listed in describe()["attention"] as `<module>.attention`); a masked call
+also takes the fused kernel with the merged mask (causal: the top-left mask sdpa builds, rows never fully masked),
+instead of scaled_dot_product_attention. A float32 plan runs exactly the float32 path.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from serve import nn
-from serve.backend import cpu_attention
+from serve.inference.attention_products import AttentionProducts
 from serve.inference.epilogue import wrap
 from serve.inference.planned import PlannedLinear
 from serve.nn.functional import attention as mha
@@ -52,9 +57,11 @@ def plannable_attention(module: Module) -> bool:
 class PlannedMultiheadAttention(Module):
     """Self-attention with planned projections; anything else runs the original module."""
 
-    def __init__(self, original: nn.MultiheadAttention) -> None:
+    def __init__(self, original: nn.MultiheadAttention, name: str = "attention") -> None:
         super().__init__()
         self.original = original
+        self.products_name = name  # describe()'s name for the attention's own products
+        self.products = AttentionProducts()
         bias = None if original.in_proj_bias is None else original.in_proj_bias._data
         self.in_proj = PlannedLinear(None, None, None, arrays=(original.in_proj_weight._data, bias))
         self.out_proj = PlannedLinear(original.out_proj, None, None)
@@ -81,12 +88,30 @@ class PlannedMultiheadAttention(Module):
             merged = self._merged_heads(q, k, v, query, batch_first)
             if merged is not None:
                 return self.out_proj(merged), None
-        out = mha.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal)  # (N, heads, L, hd)
+        out = self._masked(q, k, v, attn_mask, is_causal)
+        if out is None:
+            out = mha.scaled_dot_product_attention(q, k, v, attn_mask, 0.0, is_causal)  # (N, heads, L, hd)
         out = out.permute(0, 2, 1, 3) if batch_first else out.permute(2, 0, 1, 3)  # (N, L, heads, hd) or (L, N, ..)
         return self.out_proj(out.reshape(*out.shape[:2], embed_dim)), None
 
-    @staticmethod
-    def _merged_heads(q: Tensor, k: Tensor, v: Tensor, query: Tensor, batch_first: bool) -> Tensor | None:
+    def _masked(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool) -> Tensor | None:
+        """A bfloat16 plan's masked attention by the chosen kernel ((N, heads, L, hd)); None in a float32 plan or
+        where the fused kernel does not apply (the caller runs sdpa)."""
+        if self.products.product_dtype != "bfloat16" or (is_causal and attn_mask is not None):
+            return None
+        length, keys = q.shape[-2], k.shape[-2]
+        if is_causal:  # sdpa's top-left causal mask: no row is ever fully masked
+            mask: np.ndarray | None = np.tril(np.ones((length, keys), bool))
+            is_bool, safe = True, False
+        elif attn_mask is not None:
+            checked, is_bool = mha._checked_mask(q, attn_mask)
+            mask, safe = None if checked is None else checked._data, True
+        else:
+            mask, is_bool, safe = None, False, True
+        done = self.products.run(q._data, k._data, v._data, mask, is_bool, safe, 1.0 / math.sqrt(q.shape[-1]))
+        return None if done is None else wrap(done, q)
+
+    def _merged_heads(self, q: Tensor, k: Tensor, v: Tensor, query: Tensor, batch_first: bool) -> Tensor | None:
         """Unmasked attention by the fused kernel, each head written into its columns of one (N, L, E) array
         ((L, N, E) unless batch_first); None where the kernel does not apply (the caller takes the sdpa path)."""
         n, heads, length, hd = q.shape
@@ -94,7 +119,7 @@ class PlannedMultiheadAttention(Module):
         merged = np.empty((*lead, heads * hd), np.float32)
         order = (0, 2, 1, 3) if batch_first else (1, 2, 0, 3)
         view = merged.reshape(*lead, heads, hd).transpose(order)  # (N, heads, L, hd), strides of (.., .., E)
-        done = cpu_attention.attention(q._data, k._data, v._data, None, False, True, 1.0 / math.sqrt(hd), out=view)
+        done = self.products.run(q._data, k._data, v._data, None, False, True, 1.0 / math.sqrt(hd), out=view)
         return None if done is None else wrap(merged, query)
 
     def _planned_call(self, query: Any, key: Any, value: Any, key_padding_mask: Any, need_weights: bool,

@@ -170,6 +170,9 @@ class OptimizedModule:
                     each.tune, each.product_dtype, each.allowed = self._tune, self.products, self._kernels
                     each.clock = self.clock
                     each.arena = self.arena
+            for attention in self._rewrite.attentions.values():  # its two products' dtype: chosen like a layer's
+                attention.products.tune, attention.products.product_dtype = self._tune, self.products
+                attention.products.allowed, attention.products.clock = self._kernels, self.clock
             out = plan(*args, **kwargs)
             if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers
                 out = plan(*args, **kwargs)
@@ -217,6 +220,8 @@ class OptimizedModule:
         for (serve.inference.precision), and how many products run in each dtype."""
         fused = {} if self._rewrite is None else self._rewrite.fused
         per_layer = layer_precisions(fused, self.products)
+        attentions = {} if self._rewrite is None else {a.products_name: a.products
+                                                       for a in self._rewrite.attentions.values()}  # fmt: skip
         chosen: dict[str, int] = {}
         dtypes: dict[str, int] = {}
         for entry in per_layer:
@@ -233,6 +238,7 @@ class OptimizedModule:
             "products": self.products,
             "product_dtypes": dtypes,
             "precision": per_layer,
+            "attention": layer_precisions(attentions, self.products),  # the attentions' two products (q k^T, p v)
             "warmed": list(self._warmed),
             "plan_seconds": round(self._plan_s, 3),
             "arena": self.arena.describe(),

@@ -161,8 +161,8 @@ def _plan_attentions(trace: Trace, model: Module, rw: Rewrite) -> None:
             continue
         if not trace.calls_of(module):
             continue
-        planned = rw.attentions[id(module)] = PlannedMultiheadAttention(module)
         prefix = f"{name}." if name else ""
+        planned = rw.attentions[id(module)] = PlannedMultiheadAttention(module, prefix + "attention")
         rw.fused[prefix + "in_proj"], rw.fused[prefix + "out_proj"] = planned.in_proj, planned.out_proj
         rw.counts["attention"] += 1
         rw.counts["linear"] += 2

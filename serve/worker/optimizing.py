@@ -187,6 +187,7 @@ def _report(opt: Any, warmed: list[int]) -> dict[str, Any]:
         report = {**opt.describe(), **summary}
         if len(json.dumps(report)) > MAX_REPORT_BYTES:  # the per-layer list goes first (product_dtypes counts stay)
             report.pop("precision", None)
+            report.pop("attention", None)
         if len(json.dumps(report)) <= MAX_REPORT_BYTES:
             return report
     except Exception as e:  # describe is information only
