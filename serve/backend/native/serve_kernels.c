@@ -852,18 +852,37 @@ int SK_BF16_EXPORT(conv2d_bf16)(const float *x, long long nb, long long h, long 
 void SK_EXPORT(attention_bf16_pack)(const float *kb, const float *vb, const long long *st, long long S, long long E,
                                     long long Ev, bf16 *kp, bf16 *vp, bf16 *row) {
     long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
-    memset(kp, 0, sizeof(bf16) * (size_t)(sp * ep));
-    for (long long s = 0; s < S; s++) {
-        to_bf16(kb + s * st[5], E, row, ep);
-        bf16 *dst = kp + (s / NR) * ep * NR + (s % NR) * 2;
-        for (long long e = 0; e < E; e++)
-            dst[(e / 2) * 2 * NR + e % 2] = row[e];
-    }
-    memset(vp, 0, sizeof(bf16) * (size_t)(evp * NR * spd));
-    for (long long s = 0; s < S; s++) {
-        to_bf16(vb + s * st[8], Ev, row, Ev);
-        for (long long c = 0; c < Ev; c++)
-            vp[(c / NR) * spd * NR + (s / 2) * 2 * NR + (c % NR) * 2 + s % 2] = row[c];
+    /* k: its rows as bf16 (row holds S x ep), then per panel and pair of e the 32 rows' (e, e + 1) as one int32
+     * each, gathered into the panel's 128 contiguous bytes */
+    for (long long s = 0; s < S; s++)
+        to_bf16(kb + s * st[5], E, row + s * ep, ep);
+    const int *pairs = (const int *)row;
+    for (long long p = 0; p < sp / NR; p++)
+        for (int half = 0; half < 2; half++) {
+            long long s0 = p * NR + half * VL;
+            __mmask16 live = vmask((int)(S - s0 < 0 ? 0 : S - s0));
+            __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32((int)s0),
+                                                              _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                                                12, 13, 14, 15)),
+                                             _mm512_set1_epi32((int)(ep / 2)));
+            for (long long e2 = 0; e2 < ep / 2; e2++) {
+                __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, pairs + e2, 4);
+                _mm512_storeu_si512(kp + p * ep * NR + e2 * 2 * NR + half * 2 * VL, g);
+            }
+        }
+    /* v: rows s and s + 1 rounded together (cvtne2ps: s's 16 values, then s + 1's) and interleaved into pairs */
+    static const uint16_t order[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i inter = _mm512_loadu_si512(order);
+    for (long long s = 0; s < spd; s += 2) {
+        const float *r0 = vb + s * st[8], *r1 = s + 1 < S ? vb + (s + 1) * st[8] : NULL;
+        for (long long c = 0; c < evp * NR; c += VL) {
+            VMask m = vmask((int)(Ev - c < 0 ? 0 : Ev - c));
+            V a = vload_m(r0 + c, m), b = r1 ? vload_m(r1 + c, m) : vzero();
+            __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+            bf16 *dst = vp + (c / NR) * spd * NR + s * NR + (c % NR) * 2;
+            _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(inter, both));
+        }
     }
 }
 
@@ -877,7 +896,7 @@ int SK_BF16_EXPORT(attention_bf16)(const float *q, const float *k, const float *
                                    const long long *st, long long nh, long long L, long long S, long long E,
                                    long long Ev, float scale, int safe, long long i0, long long i1) {
     long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
-    long long rowlen = ep > Ev ? ep : Ev;
+    long long rowlen = S * ep; /* sk_attention_bf16_pack's k rows as bf16 */
     bf16 *kp = malloc(sizeof(bf16) * (size_t)(sp * ep)), *vp = malloc(sizeof(bf16) * (size_t)(evp * NR * spd));
     bf16 *qb16 = malloc(sizeof(bf16) * (size_t)(MR * ep)), *pb = malloc(sizeof(bf16) * (size_t)(MR * spd));
     bf16 *row = malloc(sizeof(bf16) * (size_t)(rowlen + 32));

@@ -306,7 +306,7 @@ int sk_attention_bf16(const float *q, const float *k, const float *v, float *out
     if (!amx_on || L < amx_min_rows)
         return sk_attention_bf16_dp(q, k, v, out, mask, st, nh, L, S, E, Ev, scale, safe, i0, i1);
     long long ep = E + (E & 1), spd = S + (S & 1), sp = (S + NR - 1) / NR * NR, evp = (Ev + NR - 1) / NR;
-    long long rowlen = ep > Ev ? ep : Ev;
+    long long rowlen = S * ep; /* sk_attention_bf16_pack's k rows as bf16 */
     bf16 *kp = malloc(sizeof(bf16) * (size_t)(sp * ep)), *vp = malloc(sizeof(bf16) * (size_t)(evp * NR * spd));
     bf16 *row = malloc(sizeof(bf16) * (size_t)(rowlen + 32));
     float *sc = malloc(sizeof(float) * (size_t)(L * sp));
