@@ -161,11 +161,12 @@ def main() -> None:
     peak = statistics.median(peaks)
     total = statistics.median(rows["total"])
     described = opt.describe()
+    attention_kernels = sorted({e["kernel"] for e in described["attention"]}) or "float32"
     print(f"serve {serve.__version__}, {described['native']}, products {described['products']} "
           f"({described['product_dtypes']}), batch {args.batch} x {SEQ}, 2 lanes, 1-minute load average {load:.1f} "
           f"at the start, {os.getloadavg()[0]:.1f} at the end; native fp32 GEMM peak here {peak:.0f} GFLOP/s "
           f"(median of the rounds' best); attention products "
-          f"{sorted({e['kernel'] for e in described['attention']}) or 'float32'}\n")  # fmt: skip
+          f"{'float32 (--attention float32)' if args.attention == 'float32' else attention_kernels}\n")  # fmt: skip
     print(f"| step (x {LAYERS} layers) | ms per call | share | GFLOP/s | of the fp32 GEMM peak |")
     print("|---|---:|---:|---:|---:|")
     for kind in KINDS:
