@@ -2,7 +2,8 @@
 
 The same `models.py` file the anchor ships (plain PyTorch) is imported with torch compatibility and built with
 `models.build(kind)`; per request a JSON list or `.npy` bytes in; the MLP answers its 10 logits, ResNet-18 its
-top-5 `[index, logit]` pairs, as the anchor's handler does, so both servers do the same work per request.
+top-5 `[index, logit]` pairs, as the anchor's handler does, so both servers do the same work per request. A model
+named `resnet50...` (bench/server_bf16.py) is serve.zoo's ResNet-50 (torchvision's layout), answered as ResNet-18.
 """
 
 from __future__ import annotations
@@ -22,17 +23,21 @@ from serve.worker.handler_loader import import_user_file
 
 class BenchHandler(BaseHandler):
     def load_model(self, context: Context) -> Any:
-        models = import_user_file(self.model_dir, "models.py", torch_compat=True)
         name = (context.manifest or {})["model"]["modelName"]
-        self.kind = "resnet18" if "resnet" in name else "mlp"
-        model = models.build(self.kind)
+        self.kind = "resnet50" if "resnet50" in name else "resnet18" if "resnet" in name else "mlp"
+        if self.kind == "resnet50":  # bench/server_bf16.py: the zoo's torchvision-compatible ResNet-50
+            from serve.zoo import resnet50
+
+            model = resnet50()
+        else:
+            model = import_user_file(self.model_dir, "models.py", torch_compat=True).build(self.kind)
         serialized = (context.manifest or {})["model"]["serializedFile"]
         model.load_state_dict(find_state_dict(serve.load(self.model_dir / serialized)))
         return model.eval()
 
     def example_inputs(self, batch_size: int) -> tuple | None:
         """What the anchor's clients send, so the worker warms the optimized model for each batch size."""
-        return (self.example_tensor((batch_size, 3, 224, 224) if self.kind == "resnet18" else (batch_size, 64)),)
+        return (self.example_tensor((batch_size, 64) if self.kind == "mlp" else (batch_size, 3, 224, 224)),)
 
     def preprocess(self, data: list[Any]) -> Any:
         _, rows = self.decode_rows(data, _decode)
