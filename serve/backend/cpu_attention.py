@@ -17,17 +17,28 @@ where they enter the products, the softmax probabilities rounded to bf16 before 
 accumulation, scale, mask and softmax in fp32, fp32 out; vdpbf16ps, or AMX tiles where that build passed its
 self-check). Only the plan asks for it (serve.inference.attention, when optimize(..., dtype="bfloat16") and its
 timing picked it); eager attention stays float32. None where there is no bf16 build.
+
+`ROUTE` lets a plan choose for the attention its modules compute through scaled_dot_product_attention (the backend's
+`attention` primitive, ops_cpu.attention, asks it first): set only while a bfloat16 plan runs (serve.inference.
+optimized), in the calling context, so eager calls and other threads never see it.
 """
 
 from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
 
 import numpy as np
 
 from serve.backend import cpu_native, cpu_threads
 
-__all__ = ["MIN_QUERIES", "attention"]
+__all__ = ["MIN_QUERIES", "ROUTE", "attention"]
 
 MIN_QUERIES = 4  # a decoder's one new query row: packing k per head costs as much as the product
+# attention(q, k, v, mask, is_bool, safe, scale) for ops_cpu.attention while a bfloat16 plan runs (the docstring)
+ROUTE: contextvars.ContextVar[Callable[..., np.ndarray | None] | None] = contextvars.ContextVar(
+    "serve_attention_route", default=None
+)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool,

@@ -356,7 +356,11 @@ def attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, is_bool: bool, safe: bool, scale: float
 ) -> np.ndarray | None:
     """softmax(q @ k^T * scale + mask) @ v in one fused kernel (serve.backend.cpu_attention), or None where it
-    does not apply: the caller then runs matmul, masked_softmax and matmul."""
+    does not apply: the caller then runs matmul, masked_softmax and matmul. A bfloat16 plan's route
+    (cpu_attention.ROUTE, set only while that plan runs) chooses the products' dtype."""
+    route = cpu_attention.ROUTE.get()
+    if route is not None:
+        return route(q, k, v, mask, is_bool, safe, scale)
     return cpu_attention.attention(q, k, v, mask, is_bool, safe, scale)
 
 

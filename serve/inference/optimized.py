@@ -23,17 +23,21 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from serve.backend import cpu_attention
 from serve.inference import capture
 from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
 from serve.inference.arena import Arena
+from serve.inference.attention_products import AttentionProducts
 from serve.inference.detections import aligned
 from serve.inference.planned import BF16_RTOL, INT8_PLAN_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
@@ -110,6 +114,9 @@ class OptimizedModule:
         self._lock = threading.RLock()
         self.arena = Arena()
         self.clock = TuningClock()
+        # the attention computed through scaled_dot_product_attention (not a planned nn.MultiheadAttention): its
+        # products' dtype, chosen per shape for the whole plan while the plan runs (cpu_attention.ROUTE)
+        self._sdpa = AttentionProducts()
 
     # -- calling ----------------------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -122,7 +129,8 @@ class OptimizedModule:
             if self._refused:
                 return self.original(*args, **kwargs)
         try:
-            return self._plan(*args, **kwargs)  # type: ignore[misc]
+            with self._routed():
+                return self._plan(*args, **kwargs)  # type: ignore[misc]
         except Exception as e:  # the plan must never fail a call that eager would answer
             out = self.original(*args, **kwargs)  # a bad input raises here too, and fails only its own call
             self._refuse(f"the plan failed on a call eager answered ({type(e).__name__}: {e})")
@@ -173,9 +181,12 @@ class OptimizedModule:
             for attention in self._rewrite.attentions.values():  # its two products' dtype: chosen like a layer's
                 attention.products.tune, attention.products.product_dtype = self._tune, self.products
                 attention.products.allowed, attention.products.clock = self._kernels, self.clock
-            out = plan(*args, **kwargs)
-            if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers
+            self._sdpa.tune, self._sdpa.product_dtype, self._sdpa.allowed = self._tune, self.products, self._kernels
+            self._sdpa.clock = self.clock
+            with self._routed():
                 out = plan(*args, **kwargs)
+                if self._rewrite.counts.get("residual_fused"):  # the first call chose the kernels; this one defers
+                    out = plan(*args, **kwargs)
         except Exception as e:
             self._refuse(f"capture failed ({type(e).__name__}: {e})")
             return self.original(*args, **kwargs)
@@ -191,15 +202,29 @@ class OptimizedModule:
     def _verify(self, args: tuple, kwargs: dict[str, Any]) -> None:
         want = self.original(*args, **kwargs)
         try:
-            got = self._plan(*args, **kwargs)  # type: ignore[misc]
-            if self._rewrite is not None and self._rewrite.counts.get("residual_fused"):
-                got = self._plan(*args, **kwargs)  # type: ignore[misc]  # with the kernels chosen, adds deferred
+            with self._routed():
+                got = self._plan(*args, **kwargs)  # type: ignore[misc]
+                if self._rewrite is not None and self._rewrite.counts.get("residual_fused"):
+                    got = self._plan(*args, **kwargs)  # type: ignore[misc]  # with the kernels chosen, adds deferred
         except Exception as e:
             self._refuse(f"the plan failed on a warm-up input ({type(e).__name__}: {e})")
             return
         why = mismatch(got, want, self._rtol, self._l2)
         if why is not None:
             self._refuse(f"the plan's output differs from eager for inputs {_shapes(args, kwargs)}: {why}")
+
+    @contextlib.contextmanager
+    def _routed(self) -> Iterator[None]:
+        """A bfloat16 plan's scaled_dot_product_attention calls go through its choice (cpu_attention.ROUTE) while
+        the plan runs in this context; a float32 plan leaves the route unset."""
+        if self.products != "bfloat16":
+            yield
+            return
+        token = cpu_attention.ROUTE.set(self._sdpa.run)
+        try:
+            yield
+        finally:
+            cpu_attention.ROUTE.reset(token)
 
     def _refuse(self, reason: str) -> None:
         log.warning("inference plan not used, serving eagerly: %s", reason)
@@ -222,6 +247,7 @@ class OptimizedModule:
         per_layer = layer_precisions(fused, self.products)
         attentions = {} if self._rewrite is None else {a.products_name: a.products
                                                        for a in self._rewrite.attentions.values()}  # fmt: skip
+        attentions["scaled_dot_product_attention"] = self._sdpa
         chosen: dict[str, int] = {}
         dtypes: dict[str, int] = {}
         for entry in per_layer:

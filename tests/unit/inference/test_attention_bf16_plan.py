@@ -124,3 +124,33 @@ def test_a_classifier_keeps_its_clear_top1():
     clear = (top2[:, 1] - top2[:, 0]) > 5e-2 * np.ptp(want)
     agree = got.argmax(1) == want.argmax(1)
     assert clear.sum() >= 16 and agree[clear].all() and agree.mean() >= 0.9
+
+
+def test_sdpa_attention_of_a_bert_is_routed_while_the_plan_runs():
+    """serve.zoo's BERT computes attention through scaled_dot_product_attention: a bfloat16 plan's calls take the
+    plan-wide choice (cpu_attention.ROUTE, set only during the plan's call), eager ones stay float32."""
+    from serve.backend import cpu_attention
+    from serve.zoo import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)  # fmt: skip
+    model = BertModel(config).eval()
+    ids = serve.from_numpy(RNG.integers(0, 100, (2, 24)))
+    with serve.no_grad():
+        want = model(ids)
+        opt = optimize(model, (ids,), dtype="bfloat16", tune=False)
+        got = opt(ids)
+        assert cpu_attention.ROUTE.get() is None  # only inside the plan's call
+        again = model(ids)
+    assert opt.optimized, opt.reason
+    (entry,) = [e for e in opt.describe()["attention"] if e["layer"] == "scaled_dot_product_attention"]
+    assert entry["kernel"] == BF16 and entry["input"] == [2, 2, 24, 32]
+    outputs = [(g, w) for g, w in zip(got, want, strict=True)] if isinstance(got, tuple) else [(got, want)]
+    for g, w in outputs:
+        assert_rel_close(g, w, 1e-2)
+    np.testing.assert_array_equal(np.asarray((again[0] if isinstance(again, tuple) else again)._data),
+                                  np.asarray((want[0] if isinstance(want, tuple) else want)._data))  # fmt: skip
+
+    fp32 = optimize(model, (ids,), tune=False)
+    assert fp32.optimized and not fp32.describe()["attention"]
