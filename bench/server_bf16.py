@@ -154,6 +154,12 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b > 0 else "n/a (no answer in the run)"
 
 
+def _per_round(a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
+    """Ratios of the same round (both sides under that round's load): their median and range."""
+    ratios = [x["rps"] / y["rps"] for x, y in zip(a, b) if y["rps"] > 0]
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios else "n/a"
+
+
 def table(measured: dict, concs: list[int], info: dict[str, str], checks: dict[str, str]) -> str:
     runs = measured["runs"]
     sides = list(dict.fromkeys(side for side, _ in runs))
@@ -168,13 +174,14 @@ def table(measured: dict, concs: list[int], info: dict[str, str], checks: dict[s
             batch = f"{statistics.median(batches):.2f}" if batches else "-"
             lines.append(f"| {side} | {c} | {m['rps']:.1f} | {m['p50_ms']:.0f} | {m['p99_ms']:.0f} | {batch} | "
                          f"{m['errors']:.0f} |")  # fmt: skip
-    lines += ["", "| ratio (req/s, medians) | " + " | ".join(f"c{c}" for c in concs) + " |",
-              "|---|" + "---:|" * len(concs)]  # fmt: skip
+    heads = " | ".join(f"c{c} of the medians | c{c} per round: median [range]" for c in concs)
+    lines += ["", f"| req/s ratio | {heads} |", "|---|" + "---:|---:|" * len(concs)]
     pairs = [("serve bf16 / serve fp32", "serve bf16", "serve fp32"), ("serve bf16 / TorchServe", "serve bf16",
              "TorchServe"), ("serve fp32 / TorchServe", "serve fp32", "TorchServe")]  # fmt: skip
     for label, a, b in pairs:
         if a in sides and b in sides:
-            cells = [_ratio(med[(a, c)]["rps"], med[(b, c)]["rps"]) for c in concs]
+            cells = [cell for c in concs for cell in (_ratio(med[(a, c)]["rps"], med[(b, c)]["rps"]),
+                                                      _per_round(runs[(a, c)], runs[(b, c)]))]  # fmt: skip
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", *(f"- {k}: {v}" for k, v in checks.items())]
     return "\n".join(lines)
@@ -265,6 +272,7 @@ def main() -> None:
     text = table(measured, args.concurrency, {"head": head}, checks)
     print(text)
     (OUT / "table.md").write_text(text + "\n")
+    (OUT / "runs.json").write_text(json.dumps([[side, c, r] for (side, c), rs in measured["runs"].items() for r in rs]))
     if args.write:
         old = RESULTS.read_text()
         if BEGIN not in old:

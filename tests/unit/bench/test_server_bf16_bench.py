@@ -50,14 +50,15 @@ def test_table_gives_medians_over_rounds_and_ratios():
     text = server_bf16.table({"runs": runs, "loads": [3.0]}, [8, 1], {"head": "HEAD"}, {"numerics": "8 / 8"})
     assert "| serve fp32 | 8 | 6.0 | 1300 | 2600 | 7.50 | 0 |" in text
     assert "| serve bf16 | 8 | 8.0 | 1000 | 2000 | - | 0 |" in text  # no batch sizes recorded: TorchServe's case
-    assert "| serve bf16 / serve fp32 | 1.33 | 1.25 |" in text
-    assert "| serve bf16 / TorchServe | 4.00 | n/a (no answer in the run) |" in text
-    assert "| serve fp32 / TorchServe | 3.00 | n/a (no answer in the run) |" in text
+    # per round: fp32 5, 6, 100 against bf16 9, 8, 7 -> 1.80, 1.33, 0.07
+    assert "| serve bf16 / serve fp32 | 1.33 | 1.33 [0.07-1.80] | 1.25 | 1.25 [1.25-1.25] |" in text
+    assert "| serve bf16 / TorchServe | 4.00 | 4.50 [1.75-8.00] | n/a (no answer in the run) | n/a |" in text
+    assert "| serve fp32 / TorchServe | 3.00 | 6.00 [2.50-25.00] | n/a (no answer in the run) | n/a |" in text
     assert text.startswith("HEAD") and text.endswith("- numerics: 8 / 8")
 
 
 def test_table_without_torchserve_has_no_torchserve_ratio():
     runs = {("serve fp32", 8): [_run(6, 1300)], ("serve bf16", 8): [_run(9, 900)]}
     text = server_bf16.table({"runs": runs, "loads": [1.0]}, [8], {"head": "H"}, {})
-    assert "| serve bf16 / serve fp32 | 1.50 |" in text
+    assert "| serve bf16 / serve fp32 | 1.50 | 1.50 [1.50-1.50] |" in text
     assert "TorchServe" not in text
