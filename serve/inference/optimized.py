@@ -321,8 +321,9 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     known = set(kernel_table.CONV_KERNELS) | set(kernel_table.LINEAR_KERNELS)
     if kernels is not None and set(kernels) - known:
         raise ValueError(f"unknown kernels {sorted(set(kernels) - known)}: choose among {sorted(known)}")
-    opt = OptimizedModule(model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels,
-                          quantization=quantization)
+    opt = OptimizedModule(
+        model, tune=tune, check=check, passes=passes, dtype=dtype, kernels=kernels, quantization=quantization
+    )
     if example_inputs is not None:
         opt.warm(*(example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)))
     return opt
