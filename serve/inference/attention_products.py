@@ -13,6 +13,9 @@ Decisions, and why:
   can win; on AMX tiles the products' share falls further.
 - Without timing (`tune=False`, or the plan's warm-up deadline passed) the bf16 kernel is taken untimed, as the
   product layers take their preferred kernel.
+- A timed choice is kept in the kernel-choice cache (serve.inference.tuning, `SERVE_TUNING_CACHE`) under the same
+  key discipline as a product layer's (the machine's CPU, build and threads in the file's name; the shapes, mask
+  kind, product dtype and kernels on offer in the signature), so the next process takes it without timing.
 - The object answers what precision.layer_precisions asks of a product layer (choices, timings, KERNELS,
   keep_float32, allowed), so describe() lists each attention with the kernel that ran and, for float32, why.
 """
@@ -67,7 +70,7 @@ class AttentionProducts:
         if name is None:
             with self._lock:
                 call = functools.partial(cpu_attention.attention, q, k, v, mask, is_bool, safe, scale)
-                name = self.choices.get(key) or self._choose(key, call)
+                name = self.choices.get(key) or self._choose(key, call, (is_bool, safe))
         if name is None:
             return None
         return cpu_attention.attention(q, k, v, mask, is_bool, safe, scale, out=out, dtype=self.KERNELS[name][0])
@@ -78,18 +81,31 @@ class AttentionProducts:
             names = names[:1] + [n for n in names[1:] if n in self.allowed]
         return names
 
-    def _choose(self, key: tuple, call: Callable[..., np.ndarray | None]) -> str | None:
-        """`call(dtype=...)` runs this shape's attention into a fresh array."""
+    def _choose(self, key: tuple, call: Callable[..., np.ndarray | None], mask_kind: tuple[bool, bool]) -> str | None:
+        """`call(dtype=...)` runs this shape's attention into a fresh array; `mask_kind` is (is_bool, safe)."""
         names = self._candidates()
         if call() is None:  # the fused kernel does not apply: the caller's unfused path
             return None
-        if len(names) == 1 or not self.tune or self.clock.over():
+        if len(names) == 1 or not self.tune:
             self.choices[key] = names[-1]
             return names[-1]
-        times = self._time(names, call)
-        self.timings[key] = times
-        self.choices[key] = min(times, key=times.__getitem__)
-        return self.choices[key]
+        signature = self.signature(key, mask_kind, names)
+        choice = tuning.lookup(signature)  # timed by an earlier process on this machine (serve.inference.tuning)
+        if choice not in names and self.clock.over():  # the warm-up's time is spent: preferred, untimed
+            choice = names[-1]
+        elif choice not in names:
+            times = self._time(names, call)
+            self.timings[key] = times
+            choice = min(times, key=times.__getitem__)
+            tuning.store(signature, choice)
+        self.choices[key] = choice
+        return choice
+
+    def signature(self, key: tuple, mask_kind: tuple[bool, bool], names: list[str]) -> str:
+        """What the choice at (q, (k, v, mask)) shapes `key` depends on besides the machine (tuning.machine_key:
+        CPU, build, threads): the shapes, the mask's kind (bool or float, fully masked rows guarded), the product
+        dtype and the kernels on offer. The same key discipline as a product layer's (planned.py)."""
+        return repr((type(self).__name__, key, mask_kind, self.product_dtype, tuple(names)))
 
     def _time(self, names: list[str], call: Callable[..., np.ndarray | None]) -> dict[str, float]:
         """Each kernel checked against the float32 one, then the best of _TIME_REPS rounds of each that agrees."""
