@@ -306,8 +306,9 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     preferred kernel without timing; `check=False` skips the comparison with eager (tests and benchmarks).
     `dtype="bfloat16"` lets the products run on bfloat16 operands with float32 accumulation where the CPU has
     AVX512-BF16 (float32 elsewhere, logged); its check against eager is then 1e-2 instead of 1e-4. `kernels`
-    limits the kernels each layer may choose among (serve.inference.kernels' names; the numpy reference kernel
-    always stays), to measure what each one buys. `quantization="int8"` (PyTorch's `quantize_dynamic` arithmetic,
+    limits the kernels each layer may choose among (serve.inference.kernels' names, and the attention's
+    native_attention / native_attention_bf16; the reference kernel, numpy or the float32 attention, always stays),
+    to measure what each one buys. `quantization="int8"` (PyTorch's `quantize_dynamic` arithmetic,
     serve.backend.cpu_i8) lets linear layers run int8 products (weights quantised once here, activations per row
     at each call, int32 sums) where the CPU has AVX512-VNNI, the first and last product layers kept float32; its
     check against eager is then each output's relative L2 error within 0.25 (planned.INT8_PLAN_RTOL)."""
@@ -318,7 +319,7 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     unknown = set(passes) - set(rewriting.PASSES)
     if unknown:
         raise ValueError(f"unknown passes {sorted(unknown)}: choose among {list(rewriting.PASSES)}")
-    known = set(kernel_table.CONV_KERNELS) | set(kernel_table.LINEAR_KERNELS)
+    known = set(kernel_table.CONV_KERNELS) | set(kernel_table.LINEAR_KERNELS) | set(AttentionProducts.KERNELS)
     if kernels is not None and set(kernels) - known:
         raise ValueError(f"unknown kernels {sorted(set(kernels) - known)}: choose among {sorted(known)}")
     opt = OptimizedModule(

@@ -154,3 +154,27 @@ def test_sdpa_attention_of_a_bert_is_routed_while_the_plan_runs():
 
     fp32 = optimize(model, (ids,), tune=False)
     assert fp32.optimized and not fp32.describe()["attention"]
+
+
+@pytest.mark.parametrize("allowed", [(BF16,), (attention_products.FP32,), ("blas",)])
+def test_kernels_chooses_or_excludes_the_bf16_attention(allowed):
+    """optimize(kernels=...) takes the attention's kernel names: naming native_attention_bf16 offers it (taken untimed
+    at tune=False), leaving it out keeps the attention float32 and describe() says why."""
+    model, x = _encoder(d=64, heads=2, layers=1), _x(2, 16, 64)
+    with serve.no_grad():
+        want = model(x)
+        opt = optimize(model, (x,), dtype="bfloat16", tune=False, kernels=allowed)
+        got = opt(x)
+    assert opt.optimized, opt.reason
+    (entry,) = _attention_entries(opt)
+    if BF16 in allowed:
+        assert entry["kernel"] == BF16 and entry["dtype"] == "bfloat16"
+    else:
+        assert entry["kernel"] == attention_products.FP32 and entry["dtype"] == "float32"
+        assert "optimize(kernels=...)" in entry["float32_because"]
+    assert_rel_close(got, want, 1e-2)
+
+
+def test_kernels_names_the_attention_kernels_when_a_name_is_unknown():
+    with pytest.raises(ValueError, match="native_attention_bf16"):
+        optimize(_encoder(d=64, heads=2, layers=1), kernels=("native_attention_fp8",))
