@@ -57,7 +57,7 @@ extensions = [
     Extension(
         f"serve.backend.native.{name}",
         SOURCES + EXTRA_SOURCES.get(name, []),
-        depends=[HEADER],
+        depends=[HEADER] + (["serve/backend/native/sk_amx_i8.c"] if name == "_sk_amx" else []),  # #included
         extra_compile_args=COMMON + flags,
         extra_link_args=["-s"],
     )

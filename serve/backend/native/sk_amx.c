@@ -32,6 +32,7 @@
  * - Nothing runs on tiles until Python has turned it on (sk_amx_enable) after sk_amx_request (Linux's
  *   arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) and sk_amx_selfcheck (sk_amx_check.c: a fork()ed child
  *   compares the tiles with the vdpbf16ps path) passed, so a fault, a hang or a wrong answer leaves the tiles off.
+ * - sk_amx_i8.c (#included below) puts sk_i8.c's int8 GEMM on TDPBUSD tiles the same way (-mamx-int8).
  * - -DSK_AMX_EMULATE replaces the tile instructions by a software tile file that checks what the hardware would
  *   fault on or silently mis-compute (tests/unit/backend/amx_emulator/sk_amx_emu.h), for machines without AMX;
  *   SK_AMX_REGION tells it which memory each load and store may touch. */
@@ -370,6 +371,9 @@ int sk_amx_peak(long long iters) {
     _tile_release();
     return 0;
 }
+
+/* The int8 GEMM on TDPBUSD tiles (sk_gemm_i8): this translation unit's tiles, switch and emulator */
+#include "sk_amx_i8.c"
 
 #ifdef SK_AMX_EMULATE
 void *PyInit__sk_amx_emu(void) { return 0; }

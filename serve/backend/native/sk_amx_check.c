@@ -1,10 +1,10 @@
 /* The AMX build's self-check (sk_amx_selfcheck, used by serve/backend/cpu_libraries.py before it selects the
- * build): a fork()ed child runs small GEMMs and a 3x3 convolution with tails in M, N and K, and the attention's two
- * products, on the tile path and on the vdpbf16ps path of the same library, and exits with its verdict; the parent
- * waits a bounded time. So a fault (SIGILL where the CPU or kernel lacks AMX after all, SIGSEGV), a hang or a wrong
- * answer costs the child, never the caller. The child resets the fatal signals to their defaults (an inherited
- * handler such as Python's faulthandler would report the fault as the caller's) and dumps no core. Only sk_amx.c's
- * exported functions are used, so this file reads the kernel exactly as Python does. */
+ * build): a fork()ed child runs small GEMMs and a 3x3 convolution with tails in M, N and K, the attention's two
+ * products and (where the build has VNNI) the int8 GEMM on TDPBUSD, on the tile path and on the vector path
+ * (vdpbf16ps, vpdpbusd) of the same library, and exits with its verdict; the parent waits a bounded time. So a
+ * fault (SIGILL where the CPU or kernel lacks AMX after all, SIGSEGV), a hang or a wrong answer costs the child,
+ * never the caller. The child resets the fatal signals to their defaults (an inherited handler such as Python's
+ * faulthandler would report the fault as the caller's) and dumps no core. Only sk_amx.c's exported functions are used, so this file reads the kernel exactly as Python does. */
 #define _GNU_SOURCE /* fork, kill, nanosleep under -std=c11 */
 #if SK_AMX
 #include <signal.h>
@@ -38,6 +38,14 @@ int sk_attention_bf16(const float *q, const float *k, const float *v, float *out
 int sk_attention_bf16_dp(const float *q, const float *k, const float *v, float *out, const float *mask,
                          const long long *st, long long nh, long long L, long long S, long long E, long long Ev,
                          float scale, int safe, long long i0, long long i1);
+#ifdef __AVX512VNNI__
+int sk_gemm_i8(const float *x, long long lda, long long k, const int8_t *q, long long n, const float *scale,
+               const int32_t *colsum, const float *bias, const float *res, long long ldr, float *out, long long ldo,
+               int act, long long r0, long long r1);
+int sk_gemm_i8_dp(const float *x, long long lda, long long k, const int8_t *q, long long n, const float *scale,
+                  const int32_t *colsum, const float *bias, const float *res, long long ldr, float *out,
+                  long long ldo, int act, long long r0, long long r1);
+#endif
 int sk_amx_request(void);
 int sk_amx_enable(int on, long long min_rows);
 
@@ -125,6 +133,43 @@ static int check_attention(void) {
     return verdict;
 }
 
+#ifdef __AVX512VNNI__
+/* The int8 GEMM on TDPBUSD tiles against vpdpbusd: exact integer sums and one shared epilogue, so the outputs must be
+ * equal bit for bit (memcmp); K 300 leaves a partial tile (75 quads), M and N tails. 0 equal, 1 not, 2 no memory. */
+static int check_i8(long long m, long long k, long long n, int act) {
+    long long kp = (k + 3) / 4 * 4, np = (n + NR - 1) / NR * NR;
+    float *x = malloc(sizeof(float) * (size_t)(m * k)), *scale = malloc(sizeof(float) * (size_t)np);
+    float *bias = malloc(sizeof(float) * (size_t)n), *res = malloc(sizeof(float) * (size_t)(m * n));
+    float *o1 = malloc(sizeof(float) * (size_t)(m * n)), *o2 = malloc(sizeof(float) * (size_t)(m * n));
+    int8_t *q = malloc((size_t)(kp * np));
+    int32_t *colsum = malloc(sizeof(int32_t) * (size_t)np);
+    int verdict = 2;
+    if (x && scale && bias && res && o1 && o2 && q && colsum) {
+        for (long long i = 0; i < m * k; i++)
+            x[i] = lcg();
+        for (long long i = 0; i < m * n; i++)
+            res[i] = lcg();
+        for (long long i = 0; i < n; i++)
+            bias[i] = lcg();
+        memset(q, 0, (size_t)(kp * np));
+        for (long long i = 0; i < np; i++) /* packed[p][g][j][e] = weight (4g + e, 32p + j), zero past k and n */
+            for (long long kk = 0; kk < k && i < n; kk++)
+                q[((i / NR * kp / 4 + kk / 4) * NR + i % NR) * 4 + kk % 4] = (int8_t)(lcg() * 127.0f);
+        for (long long i = 0; i < np; i++) {
+            scale[i] = i < n ? 0.01f * (1.5f + lcg()) : 0.0f;
+            colsum[i] = 0;
+            for (long long kk = 0; kk < kp; kk++)
+                colsum[i] += q[((i / NR * kp / 4 + kk / 4) * NR + i % NR) * 4 + kk % 4];
+        }
+        int e1 = sk_gemm_i8(x, k, k, q, n, scale, colsum, bias, res, n, o1, n, act, 0, m);
+        int e2 = sk_gemm_i8_dp(x, k, k, q, n, scale, colsum, bias, res, n, o2, n, act, 0, m);
+        verdict = e1 || e2 ? 2 : memcmp(o1, o2, sizeof(float) * (size_t)(m * n)) ? 1 : 0;
+    }
+    free(x), free(scale), free(bias), free(res), free(o1), free(o2), free(q), free(colsum);
+    return verdict;
+}
+#endif
+
 static int run_checks(void) {
     static const long long shapes[][5] = {/* m, k, n, act, conv */
                                           {37, 70, 45, 1, 0}, {64, 64, 64, 0, 0}, {16, 33, 32, 3, 0},
@@ -135,6 +180,12 @@ static int run_checks(void) {
         if (v)
             return v;
     }
+#ifdef __AVX512VNNI__
+    int v8 = check_i8(37, 300, 45, 1);
+    v8 = v8 ? v8 : check_i8(64, 64, 64, 0);
+    if (v8)
+        return v8;
+#endif
     return check_attention();
 }
 

@@ -28,6 +28,8 @@
  * serve_kernels.c's (sk_act_vec, same library). vpdpbusd alone runs ~5 G/s on one Zen 4 core (630-700 GOP/s), the
  * GEMM 200-400 GOP/s: what is left is in feeding it (loads and broadcasts), not in the arithmetic.
  *
+ * In the AMX build (SK_AMX) this GEMM is sk_gemm_i8_dp, and sk_amx_i8.c's sk_gemm_i8 puts calls of SK_AMX_MIN_ROWS
+ * rows or more on TDPBUSD tiles: the same u8 x s8 products, this packing as its B tiles, this epilogue.
  * Compiled only into the AVX512-BF16 build with -mavx512vnni (SK_BF16 and __AVX512VNNI__); the other builds get an
  * empty translation unit, and cpu_i8 binds the kernel only where /proc/cpuinfo lists avx512_vnni. */
 #if SK_BF16 && defined(__AVX512VNNI__)
@@ -106,10 +108,12 @@ I8_ROWS(I8_ENTRY)
 #define I8_NAME(j) i8_rows_##j,
 static const I8Rows I8_KERNELS[MRI] = {I8_ROWS(I8_NAME)};
 
-/* The epilogue of one block of rows x one panel's columns [p0, p0 + ncols). */
-static void i8_epilogue(__m512i acc[MRI][2], int rows, int ncols, const float *srow, const int32_t *zrow,
-                        const float *scale, const int32_t *colsum, const float *bias, const float *res, long long ldr,
-                        float *out, long long ldo, int act) {
+/* The epilogue of one block of rows x one panel's columns [p0, p0 + ncols): acc holds row j's IW int32 sums at
+ * acc + j * IW (the vector path's registers stored, or sk_amx_i8.c's accumulator tiles); exported for that file, so
+ * both paths share one epilogue and give the same floats. */
+void sk_i8_epilogue(const int32_t *acc, int rows, int ncols, const float *srow, const int32_t *zrow,
+                    const float *scale, const int32_t *colsum, const float *bias, const float *res, long long ldr,
+                    float *out, long long ldo, int act) {
     for (int h = 0; h < 2; h++) {
         int nh = ncols - h * VL;
         if (nh <= 0)
@@ -118,7 +122,8 @@ static void i8_epilogue(__m512i acc[MRI][2], int rows, int ncols, const float *s
         V sc = vload(scale + h * VL), b = bias ? vload_m(bias + h * VL, mk) : vzero();
         __m512i cs = _mm512_loadu_si512(colsum + h * VL);
         for (int j = 0; j < rows; j++) {
-            __m512i t = _mm512_sub_epi32(acc[j][h], _mm512_mullo_epi32(_mm512_set1_epi32(zrow[j]), cs));
+            __m512i a = _mm512_loadu_si512(acc + j * IW + h * VL);
+            __m512i t = _mm512_sub_epi32(a, _mm512_mullo_epi32(_mm512_set1_epi32(zrow[j]), cs));
             V v = vfma(_mm512_cvtepi32_ps(t), vmul(vset1(srow[j]), sc), b);
             if (res)
                 v = vadd(v, vload_m(res + j * ldr + h * VL, mk));
@@ -142,7 +147,12 @@ int SK_EXPORT(i8_quantize_rows)(const float *x, long long lda, long long k, uint
 /* out[r] = act(dequant(u8(x[r]) . q) + bias + res[r]) for r0 <= r < r1. x rows lda apart (k floats each); q the
  * packed panels of n columns with kp = k rounded up to 4; scale, colsum padded to the panels; bias (n) or NULL;
  * res rows ldr apart or NULL; out rows ldo apart. Returns 0, -1 for bad arguments, -2 out of memory. */
-int SK_EXPORT(gemm_i8)(const float *x, long long lda, long long k, const int8_t *q, long long n, const float *scale,
+#if SK_AMX /* sk_amx_i8.c's sk_gemm_i8 runs on tiles from SK_AMX_MIN_ROWS rows and calls this one below them */
+#define I8_GEMM sk_gemm_i8_dp
+#else
+#define I8_GEMM SK_EXPORT(gemm_i8)
+#endif
+int I8_GEMM(const float *x, long long lda, long long k, const int8_t *q, long long n, const float *scale,
                        const int32_t *colsum, const float *bias, const float *res, long long ldr, float *out,
                        long long ldo, int act, long long r0, long long r1) {
     if (k <= 0 || n <= 0 || lda < k || ldo < n || r0 < 0 || r1 < r0 || act < 0)
@@ -171,9 +181,10 @@ int SK_EXPORT(gemm_i8)(const float *x, long long lda, long long k, const int8_t 
                 for (long long p = p0; p < p1; p++) {
                     int ncols = (int)(n - p * IW < IW ? n - p * IW : IW);
                     I8_KERNELS[mr - 1](u + b * kp, kp, q + p * kp * IW, acc);
-                    i8_epilogue(acc, mr, ncols, srow + b, zrow + b, scale + p * IW, colsum + p * IW,
-                                bias ? bias + p * IW : NULL, res ? res + (m0 + b) * ldr + p * IW : NULL, ldr,
-                                out + (m0 + b) * ldo + p * IW, ldo, act);
+                    sk_i8_epilogue((const int32_t *)acc, mr, ncols, srow + b, zrow + b, scale + p * IW,
+                                   colsum + p * IW, bias ? bias + p * IW : NULL,
+                                   res ? res + (m0 + b) * ldr + p * IW : NULL, ldr, out + (m0 + b) * ldo + p * IW, ldo,
+                                   act);
                 }
             }
         }

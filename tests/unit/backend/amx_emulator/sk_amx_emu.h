@@ -1,7 +1,8 @@
 /* A software AMX tile file for testing serve/backend/native/sk_amx.c on CPUs without AMX (included by it under
  * -DSK_AMX_EMULATE in place of the tile instructions; everything else stays AVX-512). It executes what the kernel
  * asks, as the hardware would (palette 1: 8 tiles of at most 16 rows x 64 bytes; bytes beyond a tile's configured
- * shape read as zero; TDPBF16PS accumulates each pair's two products into fp32 in K order, products exact), and
+ * shape read as zero; TDPBF16PS accumulates each pair's two products into fp32 in K order, products exact;
+ * TDPBUSD / TDPBSSD add each quad's four byte products to the int32 accumulator, wrapping as the hardware does), and
  * CHECKS what the hardware would fault on or silently mis-compute:
  *   - a tile instruction before LDTILECFG or after TILERELEASE, or on a tile the configuration left empty;
  *   - a configuration with a palette other than 1, rows > 16, colsb > 64 or not a multiple of 4, nonzero reserved
@@ -24,6 +25,7 @@
 #undef _tile_zero
 #undef _tile_dpbf16ps
 #undef _tile_dpbssd
+#undef _tile_dpbusd
 #define _tile_loadconfig(cfg) emu_loadconfig(cfg)
 #define _tile_release() emu_release()
 #define _tile_loadd(t, base, stride) emu_loadd((t), (base), (long long)(stride), "tileloadd")
@@ -32,6 +34,7 @@
 #define _tile_zero(t) emu_zero(t)
 #define _tile_dpbf16ps(c, a, b) emu_dpbf16ps((c), (a), (b))
 #define _tile_dpbssd(c, a, b) emu_dpbssd((c), (a), (b))
+#define _tile_dpbusd(c, a, b) emu_dpbusd((c), (a), (b))
 #define SK_AMX_REGION(slot, ptr, bytes) emu_region((slot), (const void *)(ptr), (size_t)(bytes))
 
 #define EMU_REGIONS 8
@@ -220,6 +223,25 @@ static void emu_dpbssd(int c, int a, int b) {
             for (int k = 0; k < k_quads; k++)
                 for (int e = 0; e < 4; e++)
                     acc += (int8_t)emu.data[a][m][4 * k + e] * (int8_t)emu.data[b][k][4 * n + e];
+            memcpy(emu.data[c][m] + 4 * n, &acc, 4);
+        }
+}
+
+/* C[m][n] += sum over k of the four products of A's unsigned bytes m, 4k..4k+3 and B's signed bytes k, 4n..4n+3
+ * (sk_i8.c's vpdpbusd arithmetic: u8 activations, s8 weights); int32 wraps (computed in uint32, as the hardware's
+ * accumulation does not saturate). */
+static void emu_dpbusd(int c, int a, int b) {
+    if (!emu_dot_shapes(c, a, b, "tdpbusd"))
+        return;
+    emu_ops++;
+    int m_rows = emu.rows[c], n_cols = emu.colsb[c] / 4, k_quads = emu.rows[b];
+    for (int m = 0; m < m_rows; m++)
+        for (int n = 0; n < n_cols; n++) {
+            uint32_t acc;
+            memcpy(&acc, emu.data[c][m] + 4 * n, 4);
+            for (int k = 0; k < k_quads; k++)
+                for (int e = 0; e < 4; e++)
+                    acc += (uint32_t)((int32_t)emu.data[a][m][4 * k + e] * (int8_t)emu.data[b][k][4 * n + e]);
             memcpy(emu.data[c][m] + 4 * n, &acc, 4);
         }
 }
