@@ -5,7 +5,8 @@
     fast(x)                                              # same results as model(x), within 1e-4
 
 capture.py (which leaf module fed which), passes.py (fold batch norm, fuse activations, the rewritten tree),
-planned.py (the fused layers and their per-shape kernel choice), kernels.py (the kernels they choose among),
+planned.py (the fused layers), choosing.py (their per-shape kernel choice), kernels.py (the kernels they
+choose among),
 epilogue.py (bias and activations), optimized.py (`optimize`, the check against eager, the fallback).
 """
 

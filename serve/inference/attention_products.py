@@ -1,13 +1,13 @@
 """Which dtype a planned attention's two products (q k^T and p v) run in: the fused kernel in float32, or its bf16
 variant (serve.backend.cpu_attention, dtype="bfloat16"), chosen per input shape by timing as the product layers'
-kernels are (planned.py).
+kernels are (choosing.py).
 
 Decisions, and why:
 - Only a plan asked for bfloat16 (`optimize(..., dtype="bfloat16")`, the model-config's `dtype: bfloat16`) offers
   the bf16 kernel; a float32 plan, and eager attention, run the float32 kernel exactly as before and make no
   choice (so describe() has no attention entries there).
 - The bf16 kernel is kept only where it agrees with the float32 fused kernel within the plan's bf16 tolerance
-  (planned.BF16_RTOL, 1e-2 of the output's largest magnitude) and was the faster of the best of _TIME_REPS rounds,
+  (choosing.BF16_RTOL, 1e-2 of the output's largest magnitude) and was the faster of the best of _TIME_REPS rounds,
   each round timing both kernels, so a burst of other load hits both alike. With AVX512-BF16 the bf16 kernel only
   halves the products' cost (softmax, packing and the rounding of q, k, v and p stay), so at a small L or S float32
   can win; on AMX tiles the products' share falls further.
@@ -32,7 +32,7 @@ import numpy as np
 
 from serve.backend import cpu_attention, cpu_native
 from serve.inference import tuning
-from serve.inference.planned import _TIME_REPS, BF16_RTOL, agrees
+from serve.inference.choosing import _TIME_REPS, BF16_RTOL, agrees
 
 __all__ = ["BF16", "FP32", "AttentionProducts"]
 
@@ -104,7 +104,7 @@ class AttentionProducts:
     def signature(self, key: tuple, mask_kind: tuple[bool, bool], names: list[str]) -> str:
         """What the choice at (q, (k, v, mask)) shapes `key` depends on besides the machine (tuning.machine_key:
         CPU, build, threads): the shapes, the mask's kind (bool or float, fully masked rows guarded), the product
-        dtype and the kernels on offer. The same key discipline as a product layer's (planned.py)."""
+        dtype and the kernels on offer. The same key discipline as a product layer's (choosing.py)."""
         return repr((type(self).__name__, key, mask_kind, self.product_dtype, tuple(names)))
 
     def _time(self, names: list[str], call: Callable[..., np.ndarray | None]) -> dict[str, float]:

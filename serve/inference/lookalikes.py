@@ -25,7 +25,7 @@ Decisions, and why:
   the example input covers, as it does for every pass.
 - A planned `Conv1D` keeps the model's weight: its (in, out) array is already the product's right operand (K, N),
   which the BLAS kernel reads as is and the native kernels pack from; the layer's (out, in) `weight` is its
-  transposed view, not a copy (planned._Fused keeps such a view), so the model's parameters are neither changed
+  transposed view, not a copy (choosing._Fused keeps such a view), so the model's parameters are neither changed
   nor held twice.
 """
 

@@ -38,8 +38,8 @@ from serve.inference import kernels as kernel_table
 from serve.inference import passes as rewriting
 from serve.inference.arena import Arena
 from serve.inference.attention_products import AttentionProducts
+from serve.inference.choosing import BF16_RTOL, INT8_PLAN_RTOL, RTOL, _Fused
 from serve.inference.detections import aligned
-from serve.inference.planned import BF16_RTOL, INT8_PLAN_RTOL, RTOL, _Fused
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.inference.precision import layer_precisions
 from serve.inference.tuning import TuningClock
@@ -105,7 +105,7 @@ class OptimizedModule:
         self._kernels = None if kernels is None else set(kernels)
         self.products = _products(dtype, quantization)
         self._rtol = {"bfloat16": BF16_RTOL, "int8": INT8_PLAN_RTOL}.get(self.products, RTOL)
-        self._l2 = self.products == "int8"  # an int8 plan's whole-model check: relative L2 (planned.INT8_PLAN_RTOL)
+        self._l2 = self.products == "int8"  # an int8 plan's whole-model check: relative L2 (choosing.INT8_PLAN_RTOL)
         self._plan: Module | None = None
         self._refused = False
         self._rewrite: rewriting.Rewrite | None = None
@@ -159,7 +159,7 @@ class OptimizedModule:
 
     def tune_within(self, seconds: float | None) -> None:
         """Time kernels for new shapes only for `seconds` from now (None: always); past that a layer takes its
-        preferred kernel untimed for a shape it has not seen (planned.TuningClock). The worker bounds its warm-up."""
+        preferred kernel untimed for a shape it has not seen (tuning.TuningClock). The worker bounds its warm-up."""
         self.clock.deadline = None if seconds is None else time.perf_counter() + seconds
 
     def _make_plan(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -311,7 +311,7 @@ def optimize(model: Module, example_inputs: tuple | Tensor | None = None, *, tun
     to measure what each one buys. `quantization="int8"` (PyTorch's `quantize_dynamic` arithmetic,
     serve.backend.cpu_i8) lets linear layers run int8 products (weights quantised once here, activations per row
     at each call, int32 sums) where the CPU has AVX512-VNNI, the first and last product layers kept float32; its
-    check against eager is then each output's relative L2 error within 0.25 (planned.INT8_PLAN_RTOL)."""
+    check against eager is then each output's relative L2 error within 0.25 (choosing.INT8_PLAN_RTOL)."""
     if not isinstance(model, Module):
         raise TypeError(f"optimize() takes a serve.nn.Module, got {type(model).__name__}")
     if model.training:

@@ -33,8 +33,9 @@ from serve.inference import lookalikes
 from serve.inference.addnorm import PlannedLayerNorm, plannable_norm
 from serve.inference.attention import PlannedMultiheadAttention, plannable_attention
 from serve.inference.capture import Call, Trace
+from serve.inference.choosing import _Fused
 from serve.inference.epilogue import activation_name
-from serve.inference.planned import LinearGroup, PlannedConv2d, PlannedLinear, Skip, _Fused
+from serve.inference.planned import LinearGroup, PlannedConv2d, PlannedLinear, Skip
 from serve.inference.pooling import PlannedMaxPool2d
 from serve.nn import functional as F
 from serve.nn.module import Module

@@ -2,13 +2,13 @@
 
 `optimize(..., dtype="bfloat16")` (the model-config's `dtype: bfloat16`) only offers each layer its bfloat16 kernel
 beside the float32 ones; the layer's timing at each input shape picks the fastest that passes the 1e-2 check
-(planned.py). So asking for bfloat16 does not mean every product runs in it, and a user reading `describe()` must
+(choosing.py). So asking for bfloat16 does not mean every product runs in it, and a user reading `describe()` must
 be able to see which layers do and why the others do not. Decisions, and why:
 - One entry per layer and input shape it chose a kernel for, in plan order: the choice is per shape, and a layer
   can run bfloat16 at batch 8 and float32 at batch 1 (a small product where the rounding of the input costs more
   than the faster dot product saves).
 - A float32 choice under a bfloat16 plan says which of the five causes it was, checked in this order: mixed
-  precision keeps the model's first and last product layers float32 (planned.keep_float32: the stem and the
+  precision keeps the model's first and last product layers float32 (choosing._Fused.keep_float32: the stem and the
   classifier, where rounding moves top-1 most); the layer has no bfloat16 kernel (depthwise or grouped, or a
   convolution over fewer than 16 input channels: kernels._bf16); the bfloat16 kernel was left out by `kernels=`;
   the timing picked float32 (both times given, in milliseconds: the best of the timed rounds); or no timing was

@@ -1,6 +1,6 @@
 """Kernel choices kept across processes: a layer's timed choice, per CPU and build, reused by the next process.
 
-A plan times every kernel that can run a layer the first time the layer sees an input shape (planned.py). For
+A plan times every kernel that can run a layer the first time the layer sees an input shape (choosing.py). For
 ResNet-18 warmed at batch sizes 1-8 that is ~20-35 s on a 2-core machine, paid again by every worker a model scales
 to, every restart, and by the first request of each batch size the warm-up budget did not reach. The choice depends
 only on the layer's signature (its kind, weight shape, strides, padding, groups, what is fused into it, the input's

@@ -14,7 +14,7 @@ Warm-up stops, with a log line, once `optimize_warmup_s` (default 30) seconds ar
 lazily (0: no warm-up). The first size is warmed whatever it costs: the worker is not ready until its model is
 planned, and the startup timeout (120 s by default) bounds it as it bounds the load. So kernels are timed only
 within the budget (`opt.tune_within(optimize_warmup_s)`): a layer first seen after it takes its preferred kernel
-untimed (serve.inference.planned.TuningClock), and what is left is one capture, one planned run and the check
+untimed (serve.inference.tuning.TuningClock), and what is left is one capture, one planned run and the check
 against eager.
 
 The optimizer never fails a load: any exception from it is logged as a warning and the eager model is kept.

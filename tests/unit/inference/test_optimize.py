@@ -417,9 +417,9 @@ def test_residual_adds_run_in_the_epilogue_and_any_other_use_computes_plainly():
 
 
 def test_a_flood_of_new_shapes_is_neither_timed_nor_remembered(monkeypatch):
-    from serve.inference import planned
+    from serve.inference import choosing
 
-    monkeypatch.setattr(planned, "MAX_SHAPES", 2)
+    monkeypatch.setattr(choosing, "MAX_SHAPES", 2)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU()).eval()
     with serve.no_grad():
         opt = optimize(model, (serve.ones(1, 4),))
