@@ -110,10 +110,11 @@ static const I8Rows I8_KERNELS[MRI] = {I8_ROWS(I8_NAME)};
 
 /* The epilogue of one block of rows x one panel's columns [p0, p0 + ncols): acc holds row j's IW int32 sums at
  * acc + j * IW (the vector path's registers stored, or sk_amx_i8.c's accumulator tiles); exported for that file, so
- * both paths share one epilogue and give the same floats. */
-void sk_i8_epilogue(const int32_t *acc, int rows, int ncols, const float *srow, const int32_t *zrow,
-                    const float *scale, const int32_t *colsum, const float *bias, const float *res, long long ldr,
-                    float *out, long long ldo, int act) {
+ * both paths share one epilogue and give the same floats (sk_i8_epilogue, below: an exported name is not inlined
+ * under -fPIC, so the vector path calls the static one). */
+static void i8_epilogue(const int32_t *acc, int rows, int ncols, const float *srow, const int32_t *zrow,
+                        const float *scale, const int32_t *colsum, const float *bias, const float *res, long long ldr,
+                        float *out, long long ldo, int act) {
     for (int h = 0; h < 2; h++) {
         int nh = ncols - h * VL;
         if (nh <= 0)
@@ -132,6 +133,12 @@ void sk_i8_epilogue(const int32_t *acc, int rows, int ncols, const float *srow, 
             vstore_m(out + j * ldo + h * VL, mk, v);
         }
     }
+}
+
+void sk_i8_epilogue(const int32_t *acc, int rows, int ncols, const float *srow, const int32_t *zrow,
+                    const float *scale, const int32_t *colsum, const float *bias, const float *res, long long ldr,
+                    float *out, long long ldo, int act) {
+    i8_epilogue(acc, rows, ncols, srow, zrow, scale, colsum, bias, res, ldr, out, ldo, act);
 }
 
 /* Row i of the span r0..r1 of x (m, k), rows lda apart: u8 quantised (s[i], z[i]) into u (ISUPER rows of kp). */
@@ -181,10 +188,10 @@ int I8_GEMM(const float *x, long long lda, long long k, const int8_t *q, long lo
                 for (long long p = p0; p < p1; p++) {
                     int ncols = (int)(n - p * IW < IW ? n - p * IW : IW);
                     I8_KERNELS[mr - 1](u + b * kp, kp, q + p * kp * IW, acc);
-                    sk_i8_epilogue((const int32_t *)acc, mr, ncols, srow + b, zrow + b, scale + p * IW,
-                                   colsum + p * IW, bias ? bias + p * IW : NULL,
-                                   res ? res + (m0 + b) * ldr + p * IW : NULL, ldr, out + (m0 + b) * ldo + p * IW, ldo,
-                                   act);
+                    const float *rb_res = res ? res + (m0 + b) * ldr + p * IW : NULL;
+                    i8_epilogue((const int32_t *)acc, mr, ncols, srow + b, zrow + b, scale + p * IW,
+                                colsum + p * IW, bias ? bias + p * IW : NULL, rb_res, ldr,
+                                out + (m0 + b) * ldo + p * IW, ldo, act);
                 }
             }
         }
