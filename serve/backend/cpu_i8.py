@@ -13,7 +13,9 @@ Decisions, and why:
   token of a transformer gets its own range; asymmetric, so a GELU's output (mostly >= -0.17) spends its 256
   levels on the values it has. The error is the activation's rounding (s_r / 2 per element) and the weight's.
 - The kernel lives in the AVX512-BF16 build (compiled with -mavx512vnni) and is bound here from
-  cpu_native.bf16_library() only where /proc/cpuinfo lists avx512_vnni. Elsewhere (and for `numpy=True`, the tests'
+  cpu_native.bf16_library() only where /proc/cpuinfo lists avx512_vnni. Where that library is the AMX build, calls
+  of 8 rows or more run on AMX-INT8 tiles (sk_amx_i8.c: TDPBUSD, the same integers, the same epilogue, so the same
+  floats bit for bit; tests/unit/backend/test_amx_i8_emulated.py). Elsewhere (and for `numpy=True`, the tests'
   reference) the same arithmetic runs in numpy: the same u8 values, exact integer sums (in float64, exact below
   2^53), the same float32 scaling; so the kernel agrees with it to float32 rounding of the epilogue.
 """
