@@ -181,7 +181,10 @@ int SK_EXPORT(gemm_bf16)(const float *a, long long lda, long long k, const uint1
                          const float *bias, const float *res, long long ldr, float *out, long long ldo, int act,
                          long long r0, long long r1);
 
-/* Panels [p0, p0 + g * W8) of q as bf16, (g, k / 2 rounded up, W8, 2): exact, the bits of the fp32 integer. */
+/* Panels [p0, p0 + g * W8) of q as bf16, (g, k / 2 rounded up, W8, 2): exact, the bits of the fp32 integer. The
+ * pair is one word blend: k's bf16 (its fp32's high word, shifted down) in the low words, k + 1's fp32 taken as
+ * is into the high words (its low word, zero for an integer of 8 significant bits, is dropped): 6 instructions per
+ * 32 weights where separate shifts and an or took 8 (bench/RESULTS.md, issue 25, "int8 at 16 rows"). */
 static void widen_panels_bf16(const int8_t *q, long long k, long long p0, long long g, uint16_t *buf) {
     long long kp = (k + 1) / 2;
     __m512i zero = _mm512_setzero_si512();
@@ -192,12 +195,18 @@ static void widen_panels_bf16(const int8_t *q, long long k, long long p0, long l
             for (int h = 0; h < 2; h++) {
                 const int8_t *row = panel + 2 * kk * W8 + h * VL;
                 __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(widen(row)), 16);
-                __m512i hi = 2 * kk + 1 < k ? _mm512_srli_epi32(_mm512_castps_si512(widen(row + W8)), 16) : zero;
-                _mm512_storeu_si512(dst + kk * 2 * W8 + h * 2 * VL, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+                __m512i hi = 2 * kk + 1 < k ? _mm512_castps_si512(widen(row + W8)) : zero;
+                _mm512_storeu_si512(dst + kk * 2 * W8 + h * 2 * VL, _mm512_mask_blend_epi16(0xAAAAAAAAu, lo, hi));
             }
         }
     }
 }
+
+/* Each sk_gemm_bf16 call has a fixed cost (it rounds all the activations to bf16 again, sets up its row blocks)
+ * that groups of 256 KiB (64 columns at K768) paid 18 times per K768 x N1152 product: 2 MiB groups (held per
+ * lane only while a call runs), past a 1 MiB L2 but written and read back at once, took that product from 0.229
+ * to 0.179 ms at 16 rows and 0.164 to 0.112 at 8 (bench/RESULTS.md, issue 25, "int8 at 16 rows"). */
+#define DEQUANT_BF16_BYTES (2048 * 1024)
 
 int SK_EXPORT(gemm_w8_bf16)(const float *x, long long m, long long k, long long ldx, const int8_t *q, long long n,
                             const float *scale, const float *bias, const float *res, long long ldr, float *out,
@@ -207,7 +216,7 @@ int SK_EXPORT(gemm_w8_bf16)(const float *x, long long m, long long k, long long 
     if (act != W8_NONE && act != W8_RELU && act != W8_GELU_TANH && act != W8_SILU)
         return -1;
     long long per = (k + 1) / 2 * 2 * W8 * (long long)sizeof(uint16_t);
-    long long g = DEQUANT_BYTES / per > 1 ? DEQUANT_BYTES / per : 1;
+    long long g = DEQUANT_BF16_BYTES / per > 1 ? DEQUANT_BF16_BYTES / per : 1;
     uint16_t *buf = aligned_alloc(64, (size_t)(g * per + 63) / 64 * 64);
     if (!buf)
         return -1;
