@@ -18,11 +18,11 @@ Decisions, and why:
   int8 weights ran slower than with bf16 ones (GPT-2, 35.1 against 26.3 ms). Measured single lane, K768 x N1152,
   24 weights cycled from memory (ms, register route / bf16 route): 4 rows 0.113 / 0.133, 8 rows 0.186 / 0.167,
   16 rows 0.331 / 0.234 (bf16 weights 0.157: the widening is the rest); so 8. Since the route widens 2 MiB groups
-  (sk_w8.c's DEQUANT_BF16_BYTES): 4 rows 0.110 / 0.083, 8 rows 0.181 / 0.120, 16 rows 0.323 / 0.183 (bf16
-  weights 0.169): 4 rows would now win the product, but 8 stays until a batch-4 decoder step says so
-  (bench/RESULTS.md, issue 25). The numeric cost is the activations' rounding, 2^-9 relative per product term: on
-  tinychat's trained weights a 38-token prefill's logits move 0.7% of their range against the fp32-activation
-  route (int8 against fp32 weights: 1.1% -> 1.5%), every argmax kept.
+  (sk_w8.c's DEQUANT_BF16_BYTES): 4 rows 0.110 / 0.083, 8 rows 0.181 / 0.120, 16 rows 0.323 / 0.183 (bf16 weights
+  0.169): 4 rows would now win the product, but a batch-4 GPT-2 step moved within its noise (1-2 ms of 17-20), so 8
+  stays (bench/RESULTS.md, issue 25). The numeric cost is the activations' rounding, 2^-9 relative per product term:
+  on tinychat's trained weights a 38-token prefill's logits move 0.7% of their range against the fp32-activation route
+  (int8 against fp32 weights: 1.1% -> 1.5%), every argmax kept.
   `gemm(..., bf16=False)` keeps fp32 activations.
 """
 
