@@ -165,14 +165,8 @@ def gemm(a: np.ndarray, qw: Int8Weight, bias: np.ndarray | None = None, residual
     `residual` and `out` may have a row stride, `rows=(r0, r1)` computes only those rows (a lane's span)."""
     if act not in _ACTS:
         raise ValueError(f"int8 gemm: activation {act!r} is not supported; expected one of {sorted(_ACTS)}")
-    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2 or a.shape[1] != qw.k:
-        raise ValueError(f"int8 gemm: expected a float32 (M, {qw.k}) array, got {getattr(a, 'dtype', '?')} "
-                         f"{getattr(a, 'shape', '')}")  # fmt: skip
+    res, out = cpu_int8.gemm_operands(a, qw.k, qw.n, bias, residual, out)
     m, n = a.shape[0], qw.n
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,) or not bias.flags.c_contiguous):
-        raise ValueError(f"int8 gemm: bias must be a contiguous float32 array of shape ({n},)")
-    res = None if residual is None else cpu_native.rows_view("int8 gemm", "residual", residual, (m, n))
-    out = np.empty((m, n), np.float32) if out is None else cpu_native.rows_view("int8 gemm", "out", out, (m, n))
     r0, r1 = (0, m) if rows is None else rows
     if not 0 <= r0 <= r1 <= m:
         raise ValueError(f"int8 gemm: rows {rows} outside 0..{m}")

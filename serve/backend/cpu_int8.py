@@ -36,7 +36,7 @@ import numpy as np
 from serve.backend import cpu_native
 
 __all__ = ["ACTIVATIONS", "BF16_ROWS", "QuantizedWeight", "available", "bf16_available", "dequantize", "gemm",
-           "quantize_weight"]  # fmt: skip
+           "gemm_operands", "quantize_columns", "quantize_weight"]  # fmt: skip
 
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "silu")
 _PTR, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -145,6 +145,22 @@ def _numpy_act(y: np.ndarray, act: str) -> np.ndarray:
     return y
 
 
+def gemm_operands(
+    a: Any, k: int, n: int, bias: np.ndarray | None, residual: np.ndarray | None, out: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """The int8 GEMMs' checks (here and cpu_i8): `a` a float32 (M, k) array, `bias` contiguous float32 (n,),
+    `residual` and `out` (M, n) with contiguous rows and any row stride; returns them checked, `out` made when None."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2 or a.shape[1] != k:
+        raise ValueError(f"int8 gemm: expected a float32 (M, {k}) array, got {getattr(a, 'dtype', '?')} "
+                         f"{getattr(a, 'shape', '')}")  # fmt: skip
+    m = a.shape[0]
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,) or not bias.flags.c_contiguous):
+        raise ValueError(f"int8 gemm: bias must be a contiguous float32 array of shape ({n},)")
+    res = None if residual is None else cpu_native.rows_view("int8 gemm", "residual", residual, (m, n))
+    made = np.empty((m, n), np.float32) if out is None else cpu_native.rows_view("int8 gemm", "out", out, (m, n))
+    return res, made
+
+
 def gemm(a: np.ndarray, qw: QuantizedWeight, bias: np.ndarray | None = None, residual: np.ndarray | None = None,
          act: str = "none", out: np.ndarray | None = None, bf16: bool | None = None) -> np.ndarray:  # fmt: skip
     """out[M, N] = act(a[M, K] @ (q * scale) + bias[N] + residual[M, N]); `out` and `residual` may be column slices
@@ -153,14 +169,8 @@ def gemm(a: np.ndarray, qw: QuantizedWeight, bias: np.ndarray | None = None, res
     it where it is loaded."""
     if act not in ACTIVATIONS:
         raise ValueError(f"int8 gemm: activation {act!r} is not supported; expected one of {ACTIVATIONS}")
-    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.ndim != 2 or a.shape[1] != qw.k:
-        raise ValueError(f"int8 gemm: expected a float32 (M, {qw.k}) array, got {getattr(a, 'dtype', '?')} "
-                         f"{getattr(a, 'shape', '')}")  # fmt: skip
     m, n = a.shape[0], qw.n
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (n,) or not bias.flags.c_contiguous):
-        raise ValueError(f"int8 gemm: bias must be a contiguous float32 array of shape ({n},)")
-    res = None if residual is None else cpu_native.rows_view("int8 gemm", "residual", residual, (m, n))
-    out = np.empty((m, n), np.float32) if out is None else cpu_native.rows_view("int8 gemm", "out", out, (m, n))
+    res, out = gemm_operands(a, qw.k, n, bias, residual, out)
     native = _kernel()
     if bf16 is not False and (bf16 or m >= BF16_ROWS):
         route = _bf16_kernel()
